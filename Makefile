@@ -1,0 +1,55 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+BUILD  ?= build
+export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_DIR ?= $(HOME)/.cache/torch_tpu_ccache
+PYTEST_ARGS ?=
+
+.PHONY: all setup build demo test test-cpp test-py test-full format clean
+
+all: build
+
+# System packages: GoogleTest headers/libs (Debian's libgtest-dev), installed when missing.
+$(VENV)/.system-deps:
+	@test -f /usr/include/gtest/gtest.h || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgtest-dev >/dev/null; \
+	  else echo "need libgtest-dev (sudo apt-get install libgtest-dev)"; exit 1; fi; }
+	@mkdir -p $(VENV) && touch $@
+
+$(VENV)/.deps: requirements-dev.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements-dev.txt
+	touch $@
+
+setup: $(VENV)/.deps $(VENV)/.system-deps
+
+$(BUILD)/build.ninja: CMakeLists.txt | setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(BUILD) -G Ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY) >/dev/null
+
+build: setup $(BUILD)/build.ninja
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(BUILD)
+	@test -f $(VENV)/.installed || { $(PIP) install -q --no-build-isolation --no-deps -e . && touch $(VENV)/.installed; }
+
+demo: build
+	$(PY) examples/quickstart.py
+
+test-cpp: build
+	$(BUILD)/tpu_cpp_tests --gtest_brief=1
+
+test-py: build
+	$(PY) -m pytest tests -q -x -p no:cacheprovider $(PYTEST_ARGS)
+
+test: test-cpp test-py
+
+# Longer sweeps: every dtype x mode through OpInfo.
+test-full: build
+	TORCH_TPU_TEST_FULL=1 $(PY) -m pytest tests -q -p no:cacheprovider $(PYTEST_ARGS)
+
+format:
+	clang-format -i $$(find csrc tests/cpp -name '*.cpp' -o -name '*.h')
+
+clean:
+	rm -rf $(BUILD) torch_tpu/_C*.so

@@ -1,0 +1,102 @@
+// Copies between host and device and between devices, and host reads of device values.
+//
+// host -> device: when no queued work can touch the destination (its tensor and storage are
+//   referenced only here, e.g. the fresh tensor of `x.to("tpu")`) the data is written at once;
+//   otherwise a converted staging copy is made now and the write is queued on the
+//   destination's stream, so the caller may reuse its CPU tensor immediately (blocking-copy
+//   semantics) without stalling the device queue.
+// device -> host: waits for the source device's current stream, then reads.
+// device -> device (same device): an IR program (aten::copy lowered), like any other op.
+// device -> other device: waits for the source, stages on the host, queues the write.
+#include <ATen/Functions.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "aten/kernels.h"
+#include "common/check.h"
+#include "device/stream.h"
+#include "exec/call.h"
+#include "exec/metrics.h"
+
+namespace torch_tpu::aten {
+namespace {
+
+constexpr auto kTpu = c10::DeviceType::PrivateUse1;
+
+bool is_tpu(const at::Tensor& t) { return t.device().type() == kTpu; }
+
+// A CPU tensor aliasing a tpu tensor's memory (host runtime: device memory is host RAM).
+at::Tensor host_view(const at::Tensor& t) {
+  void* data = static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize();
+  return at::from_blob(data, t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU));
+}
+
+void wait_for(const at::Tensor& t) {
+  device::synchronize_stream(device::current_stream(t.device().index()));
+  exec::metrics().host_syncs++;
+}
+
+void write_to_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
+  if (dst.numel() == 0) return;
+  exec::metrics().bytes_to_device += static_cast<uint64_t>(dst.numel()) * dst.itemsize();
+  const bool untouched = dst.use_count() == 1 && dst.storage().use_count() == 1;
+  if (untouched) {
+    host_view(dst).copy_(src_cpu);
+    return;
+  }
+  at::Tensor staging = src_cpu.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+  if (staging.storage().is_alias_of(src_cpu.storage())) staging = staging.clone();
+  device::enqueue_fn(device::current_stream(dst.device().index()),
+                     [dst, staging] { host_view(dst).copy_(staging); });
+}
+
+void copy_on_device(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", "");
+  torch::jit::Stack stack{self, src, non_blocking};
+  exec::metrics().bytes_device_to_device += static_cast<uint64_t>(self.numel()) * self.itemsize();
+  exec::run_lowered(op, &stack);
+}
+
+}  // namespace
+
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (self.is_same(src) || self.numel() == 0) return self;
+  if (is_tpu(self) && is_tpu(src)) {
+    if (self.device() == src.device()) {
+      copy_on_device(self, src, non_blocking);
+    } else {
+      wait_for(src);
+      write_to_device(self, host_view(src).clone());
+    }
+  } else if (is_tpu(self)) {
+    TPU_CHECK(src.device().is_cpu(), "copy_: cannot copy from ", src.device(), " to ", self.device());
+    write_to_device(self, src);
+  } else {
+    TPU_CHECK(self.device().is_cpu(), "copy_: cannot copy from ", src.device(), " to ", self.device());
+    wait_for(src);
+    exec::metrics().bytes_from_device += static_cast<uint64_t>(src.numel()) * src.itemsize();
+    self.copy_(host_view(src));
+  }
+  return self;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor d = dst;
+  copy_(d, self, non_blocking);
+  return d;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::Tensor d = dst;
+  if (!d.sizes().equals(self.sizes())) d.resize_(self.sizes());
+  copy_(d, self, false);
+  return d;
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  wait_for(self);
+  exec::metrics().bytes_from_device += static_cast<uint64_t>(self.itemsize());
+  return host_view(self).item();
+}
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,53 @@
+// Kernels the tpu device implements directly instead of through IR lowering: memory
+// (allocation, resize, storage setters), views (metadata only), copies across devices, host
+// reads, and ops whose output shape depends on data (they synchronize, then run lowered ops).
+// Registered in register.cpp.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/stack.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/MemoryFormat.h>
+#include <c10/core/Scalar.h>
+#include <c10/core/Storage.h>
+
+#include <optional>
+
+namespace torch_tpu::aten {
+
+// memory.cpp
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format);
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory);
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> format);
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                        c10::IntArrayRef stride);
+at::Tensor& set_storage_whole(at::Tensor& self, c10::Storage source);
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source);
+at::Tensor& set_empty(at::Tensor& self);
+void record_stream(at::Tensor& self, c10::Stream stream);
+
+// views.cpp
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size);
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset);
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride);
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step);
+
+// copy.cpp
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking);
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
+c10::Scalar local_scalar_dense(const at::Tensor& self);
+
+// data_dependent.cpp
+at::Tensor nonzero(const at::Tensor& self);
+at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask);
+bool equal(const at::Tensor& self, const at::Tensor& other);
+void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+void fused_sdp_choice(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
+}  // namespace torch_tpu::aten

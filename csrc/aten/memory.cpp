@@ -1,0 +1,92 @@
+// Allocation, resizing and storage setters for tpu tensors (no IR: pure memory management).
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/resize_native.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "aten/kernels.h"
+#include "common/check.h"
+#include "device/allocator.h"
+#include "device/device.h"
+#include "device/stream.h"
+
+namespace torch_tpu::aten {
+namespace {
+
+constexpr auto kTpu = c10::DeviceType::PrivateUse1;
+
+c10::DeviceIndex target_device(std::optional<c10::Device> device) {
+  c10::DeviceIndex idx = device.has_value() && device->has_index() ? device->index() : device::current();
+  device::check_index(idx);
+  return idx;
+}
+
+void check_dtype(c10::ScalarType dtype) {
+  TPU_CHECK_TYPE(!c10::isComplexType(dtype) && !c10::isQIntType(dtype) && !c10::isBitsType(dtype) &&
+                     !c10::isFloat8Type(dtype) && dtype != c10::kUInt16 && dtype != c10::kUInt32 &&
+                     dtype != c10::kUInt64 && dtype != c10::kComplexHalf,
+                 "dtype ", dtype, " is not supported on the tpu device (supported: float32, float64, float16, "
+                 "bfloat16, int64, int32, int16, int8, uint8, bool)");
+}
+
+}  // namespace
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  auto idx = target_device(device);
+  auto st = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  check_dtype(st);
+  c10::DeviceGuard guard(c10::Device(kTpu, idx));
+  return at::detail::empty_generic(size, &device::DeviceAllocator::get(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   st, memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  auto idx = target_device(device);
+  auto st = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  check_dtype(st);
+  c10::DeviceGuard guard(c10::Device(kTpu, idx));
+  return at::detail::empty_strided_generic(size, stride, &device::DeviceAllocator::get(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), st);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> format) {
+  c10::DeviceGuard guard(self.device());
+  int64_t numel = 1;
+  for (auto s : size) numel *= s;
+  size_t needed = static_cast<size_t>(numel + self.storage_offset()) * self.itemsize();
+  if (needed > self.storage().nbytes()) device::synchronize_device(self.device().index());  // memory may move
+  return at::native::resize_(self, size, format);
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                        c10::IntArrayRef stride) {
+  TPU_CHECK(source.device().type() == kTpu, "set_: expected a tpu storage, got ", source.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(source));
+  impl->set_sizes_and_strides(size, stride, offset);
+  return self;
+}
+
+at::Tensor& set_storage_whole(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.itemsize());
+  return set_storage(self, std::move(source), 0, {n}, {1});
+}
+
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (!self.is_same(source)) set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+  return self;
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &device::DeviceAllocator::get(), true);
+  return set_storage(self, std::move(storage), 0, {0}, {1});
+}
+
+// Queued work keeps its tensors alive, so there is nothing to record.
+void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,40 @@
+// The registration table: which ATen ops have a dedicated tpu kernel. Every other op reaches
+// the lowering path (exec/dispatch.cpp's boxed fallback).
+#include <torch/library.h>
+
+#include "aten/kernels.h"
+
+namespace torch_tpu::aten {
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // memory
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(set_storage_whole));
+  m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("record_stream", TORCH_FN(record_stream));
+  // views
+  m.impl("view", TORCH_FN(view));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("unfold", TORCH_FN(unfold));
+  // copies and host reads
+  m.impl("copy_", TORCH_FN(copy_));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  // data-dependent shapes
+  m.impl("nonzero", TORCH_FN(nonzero));
+  m.impl("masked_select", TORCH_FN(masked_select));
+  m.impl("equal", TORCH_FN(equal));
+  m.impl("index.Tensor", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
+  m.impl("_index_put_impl_", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
+  m.impl("index_put", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
+  // attention backend choice
+  m.impl("_fused_sdp_choice", torch::CppFunction::makeFromBoxedFunction<&fused_sdp_choice>());
+}
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,81 @@
+#include "common/config.h"
+
+#include <cctype>
+#include <cstdlib>
+
+#include "common/check.h"
+
+namespace torch_tpu::config {
+
+const std::vector<EnvVar>& registry() {
+  static const std::vector<EnvVar> vars = {
+      {"TORCH_TPU_MODE", "strict",
+       "Execution mode: `debug` (one op at a time, synchronous, errors at the call site) or "
+       "`strict` (one op at a time, asynchronous per-device queue). Python: torch_tpu.set_mode()."},
+      {"TORCH_TPU_LAUNCH_BLOCKING", "0", "`1` selects debug mode (overrides TORCH_TPU_MODE)."},
+      {"TORCH_TPU_DEFER_AND_FUSE", "0", "`1` selects fused mode (not available yet: see the fused-eager issue)."},
+      {"TORCH_TPU_RUNTIME", "host", "Runtime that executes programs: `host` (embedded, always available)."},
+      {"TORCH_TPU_NUM_DEVICES", "1", "Number of emulated devices on the host runtime."},
+      {"TORCH_TPU_HOST_MEMORY", "",
+       "Capacity of each host-runtime device: bytes or a size with a unit (`512MiB`, `8GB`). "
+       "Default: half of physical RAM, at most 16 GiB."},
+      {"TORCH_TPU_FALLBACK", "none",
+       "`cpu` runs ops with no lowering on the CPU (warns once per op, counted in "
+       "torch_tpu.metrics()); `none` raises NotImplementedError. Python: torch_tpu.set_fallback()."},
+      {"TORCH_TPU_PROGRAM_CACHE_SIZE", "8192", "Programs kept in the in-memory program cache (LRU)."},
+      {"TORCH_TPU_VERIFY", "0",
+       "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
+  };
+  return vars;
+}
+
+static const EnvVar& find(const char* name) {
+  for (const auto& v : registry()) {
+    if (std::string(v.name) == name) return v;
+  }
+  TORCH_CHECK(false, "torch_tpu: unregistered environment variable ", name);
+}
+
+std::string get(const char* name) {
+  const EnvVar& var = find(name);
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::string(value) : std::string(var.default_value);
+}
+
+int64_t get_int(const char* name) {
+  std::string v = get(name);
+  try {
+    return std::stoll(v);
+  } catch (const std::exception&) {
+    TPU_CHECK_VALUE(false, name, "='", v, "' is not an integer");
+  }
+}
+
+bool get_bool(const char* name) {
+  std::string v = get(name);
+  return v == "1" || v == "true" || v == "TRUE" || v == "True" || v == "yes";
+}
+
+uint64_t parse_size(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  TPU_CHECK_VALUE(i > 0, "cannot parse size '", text, "' (expected e.g. 8GB, 512MiB or a byte count)");
+  double number = std::stod(text.substr(0, i));
+  std::string unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 1;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "kb" || unit == "k") scale = 1e3;
+  else if (unit == "mb" || unit == "m") scale = 1e6;
+  else if (unit == "gb" || unit == "g") scale = 1e9;
+  else if (unit == "tb" || unit == "t") scale = 1e12;
+  else if (unit == "kib") scale = 1024.0;
+  else if (unit == "mib") scale = 1024.0 * 1024;
+  else if (unit == "gib") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+  else TPU_CHECK_VALUE(false, "unknown size unit '", unit, "' in '", text, "'");
+  return static_cast<uint64_t>(number * scale);
+}
+
+}  // namespace torch_tpu::config

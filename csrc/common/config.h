@@ -1,0 +1,32 @@
+// The one registry of TORCH_TPU_* environment variables.
+//
+// Every knob is declared once in config.cpp's table (name, default, meaning); C++ reads values
+// through these accessors, Python lists them (torch_tpu.config) and docs/env.md is checked
+// against the table by a test, so documentation cannot drift from the code.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch_tpu::config {
+
+struct EnvVar {
+  const char* name;
+  const char* default_value;
+  const char* doc;
+};
+
+// All registered variables, in documentation order. Never throws.
+const std::vector<EnvVar>& registry();
+
+// Raw value of a registered variable (the default when unset). Throws c10::Error for a name
+// missing from the registry (a programming error).
+std::string get(const char* name);
+int64_t get_int(const char* name);
+bool get_bool(const char* name);
+// Parses "8GB", "512MiB", "1073741824" (bytes). Throws c10::ValueError on malformed input.
+uint64_t parse_size(const std::string& text);
+
+}  // namespace torch_tpu::config

@@ -1,0 +1,47 @@
+// A compiled program for one ATen call signature (strict/debug) — what the cache stores.
+//
+// It carries the verified IR graph, the runtime executable, and the plan that maps the
+// program's results back onto PyTorch: which nodes become new tensors, which are written into
+// argument tensors (in-place ops, out=), and what the ATen call returns.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/runtime.h"
+
+namespace torch_tpu::compiler {
+
+struct OutputSpec {
+  int32_t node = 0;
+  int32_t target = -1;     // >= 0: write into the tensor of this binding; -1: a new tensor
+  int32_t new_index = -1;  // for target == -1: index into Program::new_tensors
+};
+
+struct NewTensorSpec {
+  c10::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+// One ATen return: a new tensor, an argument's tensor (by binding), or a list of those.
+struct ReturnSpec {
+  enum class Kind : uint8_t { New, Binding, List } kind = Kind::New;
+  int32_t index = 0;  // New: new_tensors index; Binding: binding index
+  std::vector<ReturnSpec> items;  // List
+};
+
+struct Program {
+  ir::Graph graph;
+  std::unique_ptr<runtime::Executable> executable;
+  std::vector<OutputSpec> outputs;
+  std::vector<NewTensorSpec> new_tensors;
+  std::vector<ReturnSpec> returns;
+  uint64_t rng_counters = 0;  // Philox counters consumed per run (0: no randomness)
+  bool baked_scalars = false;
+};
+
+}  // namespace torch_tpu::compiler

@@ -1,0 +1,201 @@
+#include "device/allocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "device/device.h"
+#include "device/stream.h"
+
+namespace torch_tpu::device {
+namespace {
+
+constexpr size_t kSmall = 1 << 20;
+constexpr size_t kSmallRound = 512;
+constexpr size_t kLargeRound = 128 << 10;
+
+size_t round_size(size_t n) {
+  size_t r = n < kSmall ? kSmallRound : kLargeRound;
+  return (n + r - 1) / r * r;
+}
+
+struct Block {
+  void* ptr;
+  size_t size;       // rounded
+  size_t requested;  // what the caller asked for
+  c10::DeviceIndex device;
+};
+
+struct Pool {
+  mutable std::mutex mu;
+  std::unordered_map<size_t, std::vector<Block*>> cached;  // rounded size -> free blocks
+  std::unordered_map<const void*, Block*> live;
+  MemoryStats stats;
+
+  void release_cache_locked() {
+    for (auto& [size, blocks] : cached) {
+      for (Block* b : blocks) {
+        std::free(b->ptr);
+        stats.reserved -= b->size;
+        delete b;
+      }
+    }
+    cached.clear();
+    stats.cached_blocks = 0;
+  }
+};
+
+std::vector<std::unique_ptr<Pool>>& pools() {
+  static std::vector<std::unique_ptr<Pool>> p = [] {
+    std::vector<std::unique_ptr<Pool>> v;
+    for (int i = 0; i < count(); ++i) v.push_back(std::make_unique<Pool>());
+    return v;
+  }();
+  return p;
+}
+
+Pool& pool(c10::DeviceIndex d) {
+  check_index(d);
+  return *pools()[static_cast<size_t>(d)];
+}
+
+void free_block(void* ctx) {
+  auto* b = static_cast<Block*>(ctx);
+  Pool& p = *pools()[static_cast<size_t>(b->device)];
+  std::lock_guard<std::mutex> g(p.mu);
+  p.live.erase(b->ptr);
+  p.stats.allocated -= b->size;
+  p.stats.requested -= b->requested;
+  p.stats.num_frees++;
+  p.stats.active_blocks--;
+  p.cached[b->size].push_back(b);
+  p.stats.cached_blocks++;
+}
+
+std::string fmt_bytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+DeviceAllocator& DeviceAllocator::get() {
+  static DeviceAllocator* a = new DeviceAllocator();  // leaked: frees can run at exit
+  return *a;
+}
+
+c10::DataPtr DeviceAllocator::allocate(size_t nbytes) { return allocate_on(current(), nbytes); }
+
+c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes) {
+  c10::Device dev(c10::DeviceType::PrivateUse1, device);
+  Pool& p = pool(device);
+  if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, nullptr, dev);
+  const size_t size = round_size(nbytes);
+  const uint64_t cap = capacity(device);
+  for (int attempt = 0;; ++attempt) {
+    {
+      std::lock_guard<std::mutex> g(p.mu);
+      Block* b = nullptr;
+      auto it = p.cached.find(size);
+      if (it != p.cached.end() && !it->second.empty()) {
+        b = it->second.back();
+        it->second.pop_back();
+        p.stats.cached_blocks--;
+        p.stats.num_cache_hits++;
+      } else if (p.stats.reserved + size <= cap) {
+        void* ptr = std::aligned_alloc(64, size);
+        if (ptr != nullptr) {
+          b = new Block{ptr, size, 0, device};
+          p.stats.reserved += size;
+          p.stats.reserved_peak = std::max(p.stats.reserved_peak, p.stats.reserved);
+        }
+      } else if (attempt == 0 && !p.cached.empty()) {
+        p.release_cache_locked();
+        p.stats.num_alloc_retries++;
+        continue;
+      }
+      if (b != nullptr) {
+        b->requested = nbytes;
+        p.live[b->ptr] = b;
+        p.stats.allocated += size;
+        p.stats.allocated_peak = std::max(p.stats.allocated_peak, p.stats.allocated);
+        p.stats.requested += nbytes;
+        p.stats.requested_peak = std::max(p.stats.requested_peak, p.stats.requested);
+        p.stats.num_allocs++;
+        p.stats.active_blocks++;
+        return c10::DataPtr(b->ptr, b, &free_block, dev);
+      }
+      if (attempt >= 2) {
+        p.stats.num_ooms++;
+        uint64_t free_bytes = cap > p.stats.reserved ? cap - p.stats.reserved : 0;
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "torch_tpu: out of memory on tpu:", static_cast<int>(device),
+                         ". Tried to allocate ", fmt_bytes(nbytes), "; the device has a capacity of ",
+                         fmt_bytes(cap), ", of which ", fmt_bytes(p.stats.allocated), " is allocated by tensors and ",
+                         fmt_bytes(free_bytes), " is free (", fmt_bytes(p.stats.reserved - p.stats.allocated),
+                         " cached). Free tensors or raise TORCH_TPU_HOST_MEMORY.");
+      }
+    }
+    // Queued work may hold the last references to tensors: let it finish, then retry.
+    p.stats.num_alloc_retries++;
+    synchronize_device(device);
+    std::lock_guard<std::mutex> g(p.mu);
+    p.release_cache_locked();
+  }
+}
+
+void DeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  std::memcpy(dest, src, count);
+}
+
+MemoryStats DeviceAllocator::stats(c10::DeviceIndex device) const {
+  Pool& p = pool(device);
+  std::lock_guard<std::mutex> g(p.mu);
+  return p.stats;
+}
+
+void DeviceAllocator::reset_peak(c10::DeviceIndex device) {
+  Pool& p = pool(device);
+  std::lock_guard<std::mutex> g(p.mu);
+  p.stats.allocated_peak = p.stats.allocated;
+  p.stats.reserved_peak = p.stats.reserved;
+  p.stats.requested_peak = p.stats.requested;
+}
+
+void DeviceAllocator::reset_accumulated(c10::DeviceIndex device) {
+  Pool& p = pool(device);
+  std::lock_guard<std::mutex> g(p.mu);
+  p.stats.num_allocs = p.stats.num_frees = p.stats.num_ooms = 0;
+  p.stats.num_alloc_retries = p.stats.num_cache_hits = 0;
+}
+
+void DeviceAllocator::empty_cache(c10::DeviceIndex device) {
+  Pool& p = pool(device);
+  std::lock_guard<std::mutex> g(p.mu);
+  p.release_cache_locked();
+}
+
+c10::DeviceIndex DeviceAllocator::device_of(const void* ptr) const {
+  for (size_t d = 0; d < pools().size(); ++d) {
+    Pool& p = *pools()[d];
+    std::lock_guard<std::mutex> g(p.mu);
+    if (p.live.count(ptr)) return static_cast<c10::DeviceIndex>(d);
+  }
+  return -1;
+}
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &DeviceAllocator::get());
+
+}  // namespace torch_tpu::device

@@ -1,0 +1,54 @@
+#include "device/device.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "common/config.h"
+
+namespace torch_tpu::device {
+
+c10::DeviceIndex count() {
+  static const c10::DeviceIndex n = [] {
+    int64_t v = 1;
+    try {
+      v = config::get_int("TORCH_TPU_NUM_DEVICES");
+    } catch (...) {
+      v = 1;
+    }
+    return static_cast<c10::DeviceIndex>(std::clamp<int64_t>(v, 1, 64));
+  }();
+  return n;
+}
+
+void check_index(c10::DeviceIndex index) {
+  TORCH_CHECK(index >= 0 && index < count(), "Invalid device index tpu:", static_cast<int>(index),
+              ": torch_tpu has ", static_cast<int>(count()),
+              " device(s) (set TORCH_TPU_NUM_DEVICES for more emulated devices)");
+}
+
+static thread_local c10::DeviceIndex current_device = 0;
+
+c10::DeviceIndex current() { return current_device; }
+
+void set_current(c10::DeviceIndex index) {
+  check_index(index);
+  current_device = index;
+}
+
+uint64_t capacity(c10::DeviceIndex /*index*/) {
+  static const uint64_t bytes = [] {
+    std::string text = config::get("TORCH_TPU_HOST_MEMORY");
+    if (!text.empty()) return config::parse_size(text);
+    uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+    return std::min<uint64_t>(phys / 2, 16ull << 30);
+  }();
+  return bytes;
+}
+
+std::string name(c10::DeviceIndex index) {
+  return "torch_tpu host-emulated TPU " + std::to_string(static_cast<int>(index));
+}
+
+}  // namespace torch_tpu::device

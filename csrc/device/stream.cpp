@@ -1,0 +1,261 @@
+#include "device/stream.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/check.h"
+#include "device/device.h"
+
+namespace torch_tpu::device {
+
+class StreamQueue {
+ public:
+  StreamQueue(c10::DeviceIndex device, c10::StreamId id) : device_(device), id_(id) {}
+
+  uint64_t enqueue(std::unique_ptr<Work> work) {
+    rethrow_pending();
+    uint64_t ticket;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!worker_started_) {
+        worker_started_ = true;
+        std::thread([this] { loop(); }).detach();  // queues live for the whole process
+      }
+      queue_.push_back(std::move(work));
+      ticket = ++enqueued_;
+    }
+    cv_work_.notify_one();
+    return ticket;
+  }
+
+  void wait(uint64_t ticket) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_done_.wait(lk, [&] { return completed_ >= ticket; });
+  }
+
+  void synchronize() {
+    uint64_t ticket;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      ticket = enqueued_;
+    }
+    wait(ticket);
+    rethrow_pending();
+  }
+
+  bool done(uint64_t ticket) {
+    std::lock_guard<std::mutex> g(mu_);
+    return completed_ >= ticket;
+  }
+
+  bool idle() {
+    std::lock_guard<std::mutex> g(mu_);
+    return completed_ == enqueued_;
+  }
+
+  void rethrow_pending() {
+    std::exception_ptr e;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      std::swap(e, error_);
+    }
+    if (e) std::rethrow_exception(e);
+  }
+
+  c10::DeviceIndex device() const { return device_; }
+  c10::StreamId id() const { return id_; }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::unique_ptr<Work> work;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_work_.wait(lk, [&] { return !queue_.empty(); });
+        work = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr err;
+      try {
+        work->run();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      work.reset();  // drop tensor references before reporting completion
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (err && !error_) error_ = err;
+        ++completed_;
+      }
+      cv_done_.notify_all();
+    }
+  }
+
+  const c10::DeviceIndex device_;
+  const c10::StreamId id_;
+  std::mutex mu_;
+  std::condition_variable cv_work_, cv_done_;
+  std::deque<std::unique_ptr<Work>> queue_;
+  uint64_t enqueued_ = 0, completed_ = 0;
+  bool worker_started_ = false;
+  std::exception_ptr error_;
+};
+
+namespace {
+
+struct DeviceStreams {
+  std::vector<std::unique_ptr<StreamQueue>> queues;  // [0] default, [1..kStreamPoolSize] pool
+  std::atomic<uint32_t> next_pool{0};
+};
+
+std::vector<DeviceStreams*>& all_devices() {
+  static auto* v = [] {
+    auto* out = new std::vector<DeviceStreams*>();  // leaked: workers run until process exit
+    for (c10::DeviceIndex d = 0; d < count(); ++d) {
+      auto* ds = new DeviceStreams();
+      for (int i = 0; i <= kStreamPoolSize; ++i) ds->queues.push_back(std::make_unique<StreamQueue>(d, i));
+      out->push_back(ds);
+    }
+    return out;
+  }();
+  return *v;
+}
+
+struct FnWork final : Work {
+  explicit FnWork(std::function<void()> f) : fn(std::move(f)) {}
+  void run() override { fn(); }
+  std::function<void()> fn;
+};
+
+thread_local std::vector<c10::StreamId> current_ids;  // per device; empty = all default
+
+}  // namespace
+
+StreamQueue& queue_of(const c10::Stream& stream) {
+  TPU_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "not a tpu stream: ", stream);
+  check_index(stream.device_index());
+  auto id = stream.id();
+  TPU_CHECK(id >= 0 && id <= kStreamPoolSize, "invalid tpu stream id ", id);
+  return *all_devices()[static_cast<size_t>(stream.device_index())]->queues[static_cast<size_t>(id)];
+}
+
+uint64_t enqueue(const c10::Stream& stream, std::unique_ptr<Work> work) {
+  return queue_of(stream).enqueue(std::move(work));
+}
+
+uint64_t enqueue_fn(const c10::Stream& stream, std::function<void()> fn) {
+  return enqueue(stream, std::make_unique<FnWork>(std::move(fn)));
+}
+
+void synchronize_stream(const c10::Stream& stream) { queue_of(stream).synchronize(); }
+
+bool query_stream(const c10::Stream& stream) { return queue_of(stream).idle(); }
+
+void synchronize_device(c10::DeviceIndex index) {
+  for (c10::DeviceIndex d = 0; d < count(); ++d) {
+    if (index >= 0 && d != index) continue;
+    for (auto& q : all_devices()[static_cast<size_t>(d)]->queues) q->synchronize();
+  }
+}
+
+c10::Stream default_stream(c10::DeviceIndex index) {
+  check_index(index);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index), 0);
+}
+
+c10::Stream current_stream(c10::DeviceIndex index) {
+  check_index(index);
+  c10::StreamId id = static_cast<size_t>(index) < current_ids.size() ? current_ids[static_cast<size_t>(index)] : 0;
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index), id);
+}
+
+c10::Stream exchange_stream(const c10::Stream& stream) {
+  queue_of(stream);  // validates
+  auto index = stream.device_index();
+  c10::Stream prev = current_stream(index);
+  if (current_ids.size() <= static_cast<size_t>(index)) current_ids.resize(static_cast<size_t>(index) + 1, 0);
+  current_ids[static_cast<size_t>(index)] = stream.id();
+  return prev;
+}
+
+c10::Stream pool_stream(c10::DeviceIndex index) {
+  check_index(index);
+  uint32_t n = all_devices()[static_cast<size_t>(index)]->next_pool++;
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index),
+                     static_cast<c10::StreamId>(1 + n % kStreamPoolSize));
+}
+
+// -- events ---------------------------------------------------------------------------------
+
+namespace {
+struct EventState {
+  std::atomic<int64_t> time_ns{0};
+};
+struct Event {
+  StreamQueue* queue = nullptr;
+  uint64_t ticket = 0;
+  bool enable_timing = false;
+  std::shared_ptr<EventState> state = std::make_shared<EventState>();
+};
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void* event_create(bool enable_timing) {
+  auto* e = new Event();
+  e->enable_timing = enable_timing;
+  return e;
+}
+
+void event_record(void** event, const c10::Stream& stream, bool enable_timing) {
+  if (*event == nullptr) *event = event_create(enable_timing);
+  auto* e = static_cast<Event*>(*event);
+  e->state = std::make_shared<EventState>();  // a new version of the event
+  auto state = e->state;
+  e->queue = &queue_of(stream);
+  e->ticket = e->queue->enqueue(std::make_unique<FnWork>([state] { state->time_ns = now_ns(); }));
+}
+
+void event_block(void* event, const c10::Stream& stream) {
+  auto* e = static_cast<Event*>(event);
+  if (e == nullptr || e->queue == nullptr) return;
+  StreamQueue& target = queue_of(stream);
+  if (&target == e->queue) return;  // same queue: already ordered
+  StreamQueue* q = e->queue;
+  uint64_t ticket = e->ticket;
+  target.enqueue(std::make_unique<FnWork>([q, ticket] { q->wait(ticket); }));
+}
+
+bool event_query(void* event) {
+  auto* e = static_cast<Event*>(event);
+  return e == nullptr || e->queue == nullptr || e->queue->done(e->ticket);
+}
+
+void event_synchronize(void* event) {
+  auto* e = static_cast<Event*>(event);
+  if (e == nullptr || e->queue == nullptr) return;
+  e->queue->wait(e->ticket);
+}
+
+void event_destroy(void* event) noexcept { delete static_cast<Event*>(event); }
+
+double event_elapsed_ms(void* start, void* end) {
+  auto* a = static_cast<Event*>(start);
+  auto* b = static_cast<Event*>(end);
+  TPU_CHECK(a != nullptr && b != nullptr && a->queue != nullptr && b->queue != nullptr,
+            "elapsed_time: both events must be recorded first");
+  TPU_CHECK(a->enable_timing && b->enable_timing, "elapsed_time: both events must be created with enable_timing=True");
+  event_synchronize(start);
+  event_synchronize(end);
+  return static_cast<double>(b->state->time_ns - a->state->time_ns) / 1e6;
+}
+
+}  // namespace torch_tpu::device

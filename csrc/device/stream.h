@@ -1,0 +1,65 @@
+// Streams: in-order work queues, one worker thread each, per device.
+//
+// Design: strict mode's host thread only enqueues; a stream's worker runs its queue in order,
+// so the user's Python keeps running ahead of the device like it does with CUDA. Stream 0 of
+// each device is the default stream; the others come from a fixed pool (ids 1..kPoolSize).
+// Every piece of work holds references to the tensors it touches, so freeing a tensor while its
+// op is still queued is safe: memory returns to the allocator when the work finishes.
+// An exception thrown by queued work is kept and re-raised on the host at the next enqueue or
+// synchronization of that stream (like CUDA's asynchronous errors, but not sticky).
+// Events mark a position in a stream's queue; waiting on one from another stream enqueues a
+// wait, so cross-stream ordering is real.
+//
+// Thread safety: everything here is thread-safe. The current stream is per thread and device.
+#pragma once
+
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace torch_tpu::device {
+
+constexpr int kStreamPoolSize = 8;
+
+// A unit of queued work. run() executes on the stream's worker thread; the object (and the
+// references it holds) is destroyed on that thread after run() returns or throws.
+struct Work {
+  virtual ~Work() = default;
+  virtual void run() = 0;
+};
+
+class StreamQueue;
+
+// The queue behind a c10::Stream of type PrivateUse1. Throws for an invalid device or id.
+StreamQueue& queue_of(const c10::Stream& stream);
+
+// Enqueues work on a stream after re-raising any pending error of that stream.
+// Returns the work's ticket (its position in the queue).
+uint64_t enqueue(const c10::Stream& stream, std::unique_ptr<Work> work);
+uint64_t enqueue_fn(const c10::Stream& stream, std::function<void()> fn);
+// Blocks until everything enqueued so far has run, then re-raises a pending error.
+void synchronize_stream(const c10::Stream& stream);
+// True if the stream has no unfinished work.
+bool query_stream(const c10::Stream& stream);
+// Synchronizes every stream of a device (all devices if index < 0).
+void synchronize_device(c10::DeviceIndex index);
+
+c10::Stream default_stream(c10::DeviceIndex index);
+c10::Stream current_stream(c10::DeviceIndex index);
+// Sets the calling thread's current stream for the stream's device; returns the previous one.
+c10::Stream exchange_stream(const c10::Stream& stream);
+// A pool stream (round robin), as torch.tpu.Stream() gets.
+c10::Stream pool_stream(c10::DeviceIndex index);
+
+// Events (opaque pointers owned by PyTorch's c10::Event through the guard implementation).
+void* event_create(bool enable_timing);
+void event_record(void** event, const c10::Stream& stream, bool enable_timing);
+void event_block(void* event, const c10::Stream& stream);
+bool event_query(void* event);
+void event_synchronize(void* event);
+void event_destroy(void* event) noexcept;
+double event_elapsed_ms(void* start, void* end);
+
+}  // namespace torch_tpu::device

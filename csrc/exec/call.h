@@ -1,0 +1,69 @@
+// What the dispatcher learns about one ATen call on tpu tensors, and the lowering hook.
+//
+// Design (see docs/architecture.md, "The per-op path"): the boxed kernel walks the call's
+// arguments once, writing the program-cache key and the runtime bindings in the same pass.
+// On a cache hit it runs the cached program; on a miss it asks the lowering hook (installed by
+// the Python extension; lowerings are written in Python and run only on misses) to build and
+// compile the program.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/program.h"
+#include "runtime/runtime.h"
+
+namespace torch_tpu::exec {
+
+// How an argument of an op's schema is treated (computed once per op).
+enum class ArgKind : uint8_t {
+  Tensor,          // Tensor / Tensor? / Tensor[] / Tensor?[]: bindings
+  RuntimeScalar,   // Scalar / float: a runtime input (unless the op bakes scalars)
+  Generator,       // Generator?
+  Baked,           // anything else: part of the key, passed to the lowering as a value
+};
+
+struct OpInfo {
+  std::string qualname;  // "aten::add"
+  std::string overload;  // "Tensor" or ""
+  std::vector<ArgKind> kinds;
+  bool bake_scalars = false;  // set when a lowering needed concrete scalar values
+  bool is_view = false;       // returns an alias: must be registered as a metadata kernel
+  bool has_device_arg = false;
+};
+
+struct CallState {
+  std::vector<int64_t> key;
+  uint64_t hash = 0;
+  std::vector<runtime::Binding> bindings;
+  std::vector<at::Tensor> tensors;  // per binding: its tensor (undefined for scalars)
+  std::vector<int32_t> first_binding;  // per schema argument: first binding index or -1
+  c10::Device device{c10::DeviceType::PrivateUse1, 0};
+  bool device_known = false;
+  std::optional<at::Generator> generator;
+};
+
+// Builds and compiles the program for a call on a cache miss. Returns null when no lowering
+// exists and the CPU fallback is enabled (the caller then runs the op on the CPU). Throws the
+// lowering's error otherwise (NotImplementedError naming op and dtypes, shape errors, ...).
+using CompileHook = std::shared_ptr<compiler::Program> (*)(const c10::OperatorHandle& op, const OpInfo& info,
+                                                           c10::ArrayRef<c10::IValue> args, const CallState& call);
+void set_compile_hook(CompileHook hook);
+
+// Compiles a deserialized graph into a Program (verifier, runtime compile). Used by the hook.
+void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes);
+
+// The boxed kernel registered as the PrivateUse1 fallback.
+void lowered_op_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
+// Runs an op through the lowering path even if a kernel is registered for it (used by C++
+// kernels that pre-process arguments, e.g. boolean-mask indexing).
+void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+}  // namespace torch_tpu::exec

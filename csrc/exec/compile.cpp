@@ -1,0 +1,16 @@
+// Turning a lowered graph into an executable program: verify (debug mode or TORCH_TPU_VERIFY),
+// then compile on the runtime.
+#include "common/config.h"
+#include "exec/call.h"
+#include "exec/mode.h"
+#include "ir/verifier.h"
+
+namespace torch_tpu::exec {
+
+void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes) {
+  static const bool always_verify = config::get_bool("TORCH_TPU_VERIFY");
+  if (always_verify || mode() == Mode::Debug) ir::verify(program.graph);
+  program.executable = runtime::host_runtime().compile(program.graph, output_nodes);
+}
+
+}  // namespace torch_tpu::exec

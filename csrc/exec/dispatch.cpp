@@ -1,0 +1,440 @@
+// The per-op path: every ATen op without a dedicated tpu kernel lands here (the PrivateUse1
+// boxed fallback). One pass over the arguments writes the cache key and the bindings; a hit
+// runs the cached program on the current stream (strict) or inline (debug).
+#include <ATen/native/CPUFallback.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/check.h"
+#include "compiler/program_cache.h"
+#include "device/allocator.h"
+#include "device/device.h"
+#include "device/generator.h"
+#include "device/stream.h"
+#include "exec/call.h"
+#include "exec/metrics.h"
+#include "exec/mode.h"
+
+namespace torch_tpu::exec {
+namespace {
+
+constexpr auto kTpu = c10::DeviceType::PrivateUse1;
+
+// Key word tags: every argument contributes a tag so different argument shapes never collide.
+enum Tag : int64_t {
+  kTagTensor = 1, kTagNone, kTagScalar, kTagInt, kTagList, kTagDouble, kTagBool, kTagString,
+  kTagDevice, kTagGenerator, kTagOther,
+};
+
+CompileHook g_compile_hook = nullptr;
+
+ArgKind classify(const c10::Argument& a) {
+  auto type = a.real_type();
+  if (type->kind() == c10::TypeKind::OptionalType) type = type->castRaw<c10::OptionalType>()->getElementType();
+  switch (type->kind()) {
+    case c10::TypeKind::TensorType: return ArgKind::Tensor;
+    case c10::TypeKind::ListType: {
+      auto elem = type->castRaw<c10::ListType>()->getElementType();
+      if (elem->kind() == c10::TypeKind::OptionalType) elem = elem->castRaw<c10::OptionalType>()->getElementType();
+      return elem->kind() == c10::TypeKind::TensorType ? ArgKind::Tensor : ArgKind::Baked;
+    }
+    case c10::TypeKind::NumberType:
+    case c10::TypeKind::FloatType: return ArgKind::RuntimeScalar;
+    case c10::TypeKind::GeneratorType: return ArgKind::Generator;
+    default: return ArgKind::Baked;
+  }
+}
+
+std::mutex g_info_mu;
+std::unordered_map<const c10::FunctionSchema*, OpInfo*> g_infos;
+
+OpInfo& op_info(const c10::OperatorHandle& op) {
+  const auto* key = &op.schema();
+  std::lock_guard<std::mutex> g(g_info_mu);
+  auto it = g_infos.find(key);
+  if (it != g_infos.end()) return *it->second;
+  auto* info = new OpInfo();  // lives as long as the operator registration
+  info->qualname = op.schema().name();
+  info->overload = op.schema().overload_name();
+  for (const auto& a : op.schema().arguments()) {
+    info->kinds.push_back(classify(a));
+    if (a.type()->kind() == c10::TypeKind::DeviceObjType ||
+        (a.type()->kind() == c10::TypeKind::OptionalType &&
+         a.type()->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::DeviceObjType)) {
+      info->has_device_arg = true;
+    }
+  }
+  for (const auto& r : op.schema().returns()) {
+    if (r.alias_info() != nullptr && !r.alias_info()->isWrite()) info->is_view = true;
+  }
+  g_infos.emplace(key, info);
+  return *info;
+}
+
+inline void mix(CallState& st, int64_t w) {
+  st.key.push_back(w);
+  // FNV-1a style mixing over 64-bit words: cheap, good enough for a hash-map key.
+  st.hash = (st.hash ^ static_cast<uint64_t>(w)) * 0x100000001b3ull;
+}
+
+std::string device_str(const c10::Device& d) {
+  return d.type() == kTpu ? "tpu:" + std::to_string(static_cast<int>(d.index())) : d.str();
+}
+
+void check_same_device(CallState& st, const at::Tensor& t, const OpInfo& info, size_t arg) {
+  if (!st.device_known) {
+    st.device = t.device();
+    st.device_known = true;
+  } else if (t.device() != st.device) {
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
+                device_str(st.device), " and ", device_str(t.device()), "! (when checking argument ", arg, " of ",
+                info.qualname, info.overload.empty() ? "" : "." + info.overload, ")");
+  }
+}
+
+void add_scalar_binding(CallState& st, const c10::Scalar& s, c10::ScalarType dtype, bool wrapped, bool bake) {
+  runtime::Binding b;
+  b.kind = runtime::Binding::Kind::Scalar;
+  b.dtype = dtype;
+  if (c10::isFloatingType(dtype)) {
+    b.d = s.toDouble();
+  } else if (c10::isComplexType(dtype) || s.isComplex()) {
+    TPU_CHECK_TYPE(false, "complex numbers are not supported on the tpu device");
+  } else {
+    b.i = s.toLong();
+  }
+  mix(st, kTagScalar);
+  mix(st, static_cast<int64_t>(dtype));
+  mix(st, wrapped);
+  if (bake) {
+    int64_t bits;
+    if (c10::isFloatingType(dtype)) {
+      std::memcpy(&bits, &b.d, sizeof(bits));
+    } else {
+      bits = b.i;
+    }
+    mix(st, bits);
+  }
+  st.bindings.push_back(std::move(b));
+  st.tensors.emplace_back();
+}
+
+void add_tensor(CallState& st, const at::Tensor& t, const OpInfo& info, size_t arg) {
+  if (!t.defined()) {
+    mix(st, kTagNone);
+    return;
+  }
+  if (t.device().type() != kTpu) {
+    if (t.device().is_cpu() && t.dim() == 0) {  // CPU scalars mix with any device, as in PyTorch
+      add_scalar_binding(st, t.item(), t.scalar_type(), t.unsafeGetTensorImpl()->is_wrapped_number(),
+                         info.bake_scalars);
+      return;
+    }
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
+                st.device_known ? device_str(st.device) : std::string("tpu"), " and ", device_str(t.device()),
+                "! (when checking argument ", arg, " of ", info.qualname,
+                info.overload.empty() ? "" : "." + info.overload, ")");
+  }
+  check_same_device(st, t, info, arg);
+  mix(st, kTagTensor);
+  mix(st, static_cast<int64_t>(t.scalar_type()));
+  mix(st, t.dim());
+  for (auto s : t.sizes()) mix(st, s);
+  runtime::Binding b;
+  b.kind = runtime::Binding::Kind::Tensor;
+  b.dtype = t.scalar_type();
+  b.data = t.numel() ? static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize() : nullptr;
+  b.sizes.assign(t.sizes().begin(), t.sizes().end());
+  b.strides.assign(t.strides().begin(), t.strides().end());
+  st.bindings.push_back(std::move(b));
+  st.tensors.push_back(t);
+}
+
+// Walks the arguments: key + bindings. Throws for mixed devices and unsupported values.
+void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) {
+  st.key.clear();
+  st.bindings.clear();
+  st.tensors.clear();
+  st.first_binding.clear();
+  st.device_known = false;
+  st.generator.reset();
+  st.hash = 0xcbf29ce484222325ull;
+  mix(st, reinterpret_cast<intptr_t>(&info));
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = args[i];
+    st.first_binding.push_back(static_cast<int32_t>(st.bindings.size()));
+    switch (info.kinds[i]) {
+      case ArgKind::Tensor:
+        if (v.isTensor()) {
+          add_tensor(st, v.toTensor(), info, i);
+        } else if (v.isNone()) {
+          mix(st, kTagNone);
+        } else if (v.isTensorList()) {
+          auto list = v.toTensorList();
+          mix(st, kTagList);
+          mix(st, static_cast<int64_t>(list.size()));
+          for (const at::Tensor& t : list) add_tensor(st, t, info, i);
+        } else if (v.isList()) {  // Tensor?[]
+          auto list = v.toListRef();
+          mix(st, kTagList);
+          mix(st, static_cast<int64_t>(list.size()));
+          for (const auto& e : list) {
+            if (e.isNone()) {
+              mix(st, kTagNone);
+            } else {
+              add_tensor(st, e.toTensor(), info, i);
+            }
+          }
+        } else {
+          TPU_CHECK(false, "unexpected value for a tensor argument of ", info.qualname);
+        }
+        break;
+      case ArgKind::RuntimeScalar:
+        if (v.isNone()) {
+          mix(st, kTagNone);
+        } else {
+          c10::Scalar s = v.toScalar();
+          c10::ScalarType dtype = s.isFloatingPoint() ? c10::kDouble : s.isBoolean() ? c10::kBool : c10::kLong;
+          TPU_CHECK_TYPE(!s.isComplex(), "complex scalars are not supported on the tpu device (", info.qualname, ")");
+          add_scalar_binding(st, s, dtype, true, info.bake_scalars);
+        }
+        break;
+      case ArgKind::Generator:
+        mix(st, kTagGenerator);
+        if (v.isGenerator()) st.generator = v.toGenerator();
+        break;
+      case ArgKind::Baked:
+        if (v.isInt()) {
+          mix(st, kTagInt);
+          mix(st, v.toInt());
+        } else if (v.isBool()) {
+          mix(st, kTagBool);
+          mix(st, v.toBool());
+        } else if (v.isNone()) {
+          mix(st, kTagNone);
+        } else if (v.isIntList()) {
+          auto l = v.toIntList();
+          mix(st, kTagList);
+          mix(st, static_cast<int64_t>(l.size()));
+          for (int64_t x : l) mix(st, x);
+        } else if (v.isDouble()) {
+          double d = v.toDouble();
+          int64_t bits;
+          std::memcpy(&bits, &d, sizeof(bits));
+          mix(st, kTagDouble);
+          mix(st, bits);
+        } else if (v.isDoubleList()) {
+          auto l = v.toDoubleList();
+          mix(st, kTagList);
+          mix(st, static_cast<int64_t>(l.size()));
+          for (double d : l) {
+            int64_t bits;
+            std::memcpy(&bits, &d, sizeof(bits));
+            mix(st, bits);
+          }
+        } else if (v.isBoolList()) {
+          auto l = v.toBoolList();
+          mix(st, kTagList);
+          mix(st, static_cast<int64_t>(l.size()));
+          for (bool b : l) mix(st, b);
+        } else if (v.isString()) {
+          mix(st, kTagString);
+          mix(st, static_cast<int64_t>(std::hash<std::string_view>{}(v.toStringView())));
+        } else if (v.isDevice()) {
+          auto d = v.toDevice();
+          mix(st, kTagDevice);
+          mix(st, static_cast<int64_t>(d.type()));
+          if (d.type() == kTpu && !st.device_known) {
+            st.device = c10::Device(kTpu, d.has_index() ? d.index() : device::current());
+            device::check_index(st.device.index());
+            st.device_known = true;
+          }
+        } else if (v.isList()) {
+          auto l = v.toListRef();
+          mix(st, kTagList);
+          mix(st, static_cast<int64_t>(l.size()));
+          for (const auto& e : l) {
+            TPU_CHECK(e.isScalar(), "unsupported list argument for ", info.qualname);
+            double d = e.toScalar().toDouble();
+            int64_t bits;
+            std::memcpy(&bits, &d, sizeof(bits));
+            mix(st, bits);
+          }
+        } else if (v.isScalar()) {
+          double d = v.toScalar().toDouble();
+          int64_t bits;
+          std::memcpy(&bits, &d, sizeof(bits));
+          mix(st, kTagDouble);
+          mix(st, bits);
+        } else {
+          mix(st, kTagOther);
+          mix(st, static_cast<int64_t>(v.tagKind().size()));
+        }
+        break;
+    }
+  }
+  if (!st.device_known) st.device = c10::Device(kTpu, device::current());
+}
+
+// Queued execution of one program: owns the bindings and the tensors they point into.
+struct ProgramWork final : device::Work {
+  std::shared_ptr<compiler::Program> program;
+  std::vector<runtime::Binding> inputs;
+  std::vector<runtime::OutputTarget> outputs;
+  std::vector<at::Tensor> keep_alive;
+  runtime::RngState rng;
+  void run() override { program->executable->run(inputs, outputs, rng); }
+};
+
+runtime::Binding tensor_binding(const at::Tensor& t) {
+  runtime::Binding b;
+  b.kind = runtime::Binding::Kind::Tensor;
+  b.dtype = t.scalar_type();
+  b.data = t.numel() ? static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize() : nullptr;
+  b.sizes.assign(t.sizes().begin(), t.sizes().end());
+  b.strides.assign(t.strides().begin(), t.strides().end());
+  return b;
+}
+
+void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& news, const CallState& st,
+                 torch::jit::Stack* stack) {
+  switch (r.kind) {
+    case compiler::ReturnSpec::Kind::New: torch::jit::push(*stack, news[static_cast<size_t>(r.index)]); break;
+    case compiler::ReturnSpec::Kind::Binding: torch::jit::push(*stack, st.tensors[static_cast<size_t>(r.index)]); break;
+    case compiler::ReturnSpec::Kind::List: {
+      std::vector<at::Tensor> items;
+      for (const auto& item : r.items) {
+        items.push_back(item.kind == compiler::ReturnSpec::Kind::New ? news[static_cast<size_t>(item.index)]
+                                                                    : st.tensors[static_cast<size_t>(item.index)]);
+      }
+      torch::jit::push(*stack, c10::List<at::Tensor>(items));
+      break;
+    }
+  }
+}
+
+void execute(const std::shared_ptr<compiler::Program>& prog, CallState& st, size_t nargs, torch::jit::Stack* stack) {
+  auto work = std::make_unique<ProgramWork>();
+  if (prog->rng_counters > 0) {
+    at::Generator gen = st.generator.has_value() && st.generator->defined()
+                            ? *st.generator
+                            : device::default_generator(st.device.index());
+    auto* impl = gen.get<device::TpuGenerator>();
+    auto [seed, offset] = impl->reserve(prog->rng_counters);
+    work->rng = runtime::RngState{seed, offset};
+  }
+  std::vector<at::Tensor> news;
+  news.reserve(prog->new_tensors.size());
+  auto& alloc = device::DeviceAllocator::get();
+  for (const auto& spec : prog->new_tensors) {
+    int64_t n = 1;
+    for (auto s : spec.shape) n *= s;
+    auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(),
+                                                         static_cast<size_t>(n) * c10::elementSize(spec.dtype),
+                                                         alloc.allocate_on(st.device.index(), static_cast<size_t>(n) * c10::elementSize(spec.dtype)),
+                                                         &alloc, /*resizable=*/true);
+    auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                      c10::scalarTypeToTypeMeta(spec.dtype));
+    t.unsafeGetTensorImpl()->set_sizes_contiguous(spec.shape);
+    news.push_back(std::move(t));
+  }
+  work->outputs.reserve(prog->outputs.size());
+  for (const auto& o : prog->outputs) {
+    if (o.target >= 0) {
+      at::Tensor& t = st.tensors[static_cast<size_t>(o.target)];
+      const auto& shape = prog->graph.node(o.node).shape;
+      if (!t.sizes().equals(shape)) {
+        device::synchronize_device(st.device.index());  // resizing may move memory queued work uses
+        t.resize_(shape);
+      }
+      work->outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(t)});
+    } else {
+      work->outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(news[static_cast<size_t>(o.new_index)])});
+    }
+  }
+  work->program = prog;
+  work->inputs = std::move(st.bindings);
+  work->keep_alive = st.tensors;
+  for (const auto& t : news) work->keep_alive.push_back(t);
+  metrics().programs_executed++;
+  c10::Stream stream = device::current_stream(st.device.index());
+  if (mode() == Mode::Debug) {
+    device::synchronize_stream(stream);
+    work->run();
+  } else {
+    device::enqueue(stream, std::move(work));
+  }
+  torch::jit::drop(*stack, nargs);
+  for (const auto& r : prog->returns) push_return(r, news, st, stack);
+}
+
+void run_cpu_fallback(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack) {
+  std::string name = info.qualname + (info.overload.empty() ? "" : "." + info.overload);
+  if (record_fallback(name)) {
+    TORCH_WARN("torch_tpu: '", name, "' has no tpu lowering; running it on the CPU (TORCH_TPU_FALLBACK=cpu). "
+               "This copies its inputs to the host and back.");
+  }
+  device::synchronize_device(-1);
+  at::native::cpu_fallback(op, stack);
+}
+
+thread_local CallState t_call;
+
+}  // namespace
+
+void set_compile_hook(CompileHook hook) { g_compile_hook = hook; }
+
+void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpInfo& info = op_info(op);
+  TPU_CHECK_NOT_IMPLEMENTED(!info.is_view, "view op '", info.qualname, ".", info.overload,
+                            "' has no tpu kernel (views must be registered as metadata kernels)");
+  const size_t nargs = op.schema().arguments().size();
+  auto args = torch::jit::last(*stack, nargs);
+  // The thread's reusable state, unless a kernel re-enters this path (then a fresh one).
+  static thread_local int depth = 0;
+  CallState local;
+  CallState& st = depth == 0 ? t_call : local;
+  struct DepthGuard {
+    DepthGuard() { ++depth; }
+    ~DepthGuard() { --depth; }
+  } depth_guard;
+  gather(st, info, args);
+  metrics().ops_dispatched++;
+  auto& cache = compiler::eager_cache();
+  std::shared_ptr<compiler::Program> prog = cache.find(st.key, st.hash);
+  if (prog) {
+    metrics().cache_hits++;
+  } else {
+    metrics().cache_misses++;
+    TPU_CHECK(g_compile_hook != nullptr, "torch_tpu is not initialised: import torch_tpu first");
+    auto start = std::chrono::steady_clock::now();
+    prog = g_compile_hook(op, info, args, st);
+    metrics().compile_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    if (!prog) {
+      run_cpu_fallback(op, info, stack);
+      return;
+    }
+    metrics().programs_compiled++;
+    if (prog->baked_scalars && !info.bake_scalars) {
+      info.bake_scalars = true;  // from now on this op keys on its scalar values
+      gather(st, info, args);
+    }
+    cache.insert(st.key, st.hash, prog);
+  }
+  execute(prog, st, nargs, stack);
+}
+
+void lowered_op_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {
+  run_lowered(op, stack);
+}
+
+}  // namespace torch_tpu::exec
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&torch_tpu::exec::lowered_op_kernel>());
+}

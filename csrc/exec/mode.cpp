@@ -1,0 +1,67 @@
+#include "exec/mode.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+
+#include "common/check.h"
+#include "common/config.h"
+#include "device/stream.h"
+
+namespace torch_tpu::exec {
+namespace {
+
+Mode initial_mode() {
+  if (config::get_bool("TORCH_TPU_LAUNCH_BLOCKING")) return Mode::Debug;
+  if (config::get_bool("TORCH_TPU_DEFER_AND_FUSE")) return Mode::Fused;
+  try {
+    return parse_mode(config::get("TORCH_TPU_MODE"));
+  } catch (const c10::Error&) {
+    TORCH_WARN("torch_tpu: ignoring TORCH_TPU_MODE='", config::get("TORCH_TPU_MODE"), "' (expected debug|strict|fused)");
+    return Mode::Strict;
+  }
+}
+
+std::atomic<int>& current() {
+  static std::atomic<int> m{static_cast<int>(initial_mode())};
+  return m;
+}
+
+std::atomic<bool>& fallback() {
+  static std::atomic<bool> f{config::get("TORCH_TPU_FALLBACK") == "cpu"};
+  return f;
+}
+
+}  // namespace
+
+Mode mode() { return static_cast<Mode>(current().load(std::memory_order_relaxed)); }
+
+void set_mode(Mode m) {
+  TPU_CHECK_NOT_IMPLEMENTED(m != Mode::Fused,
+                            "fused mode (DeferAndFuse) is not available in this build yet; use 'strict' or 'debug'");
+  if (m != mode()) device::synchronize_device(-1);
+  current().store(static_cast<int>(m));
+}
+
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::Debug: return "debug";
+    case Mode::Strict: return "strict";
+    case Mode::Fused: return "fused";
+  }
+  return "?";
+}
+
+Mode parse_mode(const std::string& name) {
+  std::string n = name;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (n == "debug") return Mode::Debug;
+  if (n == "strict" || n.empty()) return Mode::Strict;
+  if (n == "fused") return Mode::Fused;
+  TPU_CHECK_VALUE(false, "unknown execution mode '", name, "' (expected 'debug', 'strict' or 'fused')");
+}
+
+bool cpu_fallback_enabled() { return fallback().load(std::memory_order_relaxed); }
+void set_cpu_fallback(bool enabled) { fallback().store(enabled); }
+
+}  // namespace torch_tpu::exec

@@ -1,0 +1,10 @@
+// Pieces of the torch_tpu._C extension module, each defined in its own file.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace torch_tpu::python {
+void init_ir_bindings(pybind11::module_& m);      // ir_bindings.cpp: graphs, host execution of IR
+void init_device_bindings(pybind11::module_& m);  // device_bindings.cpp: devices, memory, streams, rng
+void init_exec_bindings(pybind11::module_& m);    // exec_bindings.cpp: modes, lowering bridge, metrics
+}  // namespace torch_tpu::python

@@ -1,0 +1,42 @@
+// Host runtime kernels: how each IR node becomes a closure over ATen CPU ops.
+//
+// Design: compilation turns every live node into a `Kernel`, a closure that captures the
+// node's operand ids and everything derivable from the graph alone (ATen argument vectors,
+// permutations, fill values, constants), so running a node only gathers operand tensors and
+// calls ATen. A kernel receives the value table (at::Tensor per node id, operands already
+// computed) and, when the node is an output whose destination has the node's dtype and shape
+// and aliases no input, that destination: kernels with an ATen `_out` variant write into it
+// and return it, the others return a fresh tensor (the executor then copies). Kernels never
+// modify their operands, so values (including views of bindings and shared constants) can be
+// aliased freely. Grouped by file: elementwise (incl. rng), data movement, reductions,
+// contractions.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace torch_tpu::runtime::host {
+
+using Values = std::vector<at::Tensor>;
+// Returns the node's value; may write into (and return) *out when out is non-null.
+using Kernel = std::function<at::Tensor(const Values& values, at::Tensor* out)>;
+
+inline at::ScalarType to_aten(ir::DType t) { return static_cast<at::ScalarType>(t); }
+
+// Each returns the kernel for `id`, or an empty Kernel if the op is not in its group.
+Kernel make_elementwise_kernel(const ir::Graph& g, int32_t id);  // kernels_elementwise.cpp
+Kernel make_rng_kernel(const ir::Graph& g, int32_t id);          // kernels_rng.cpp
+Kernel make_data_kernel(const ir::Graph& g, int32_t id);         // kernels_data.cpp
+Kernel make_reduce_kernel(const ir::Graph& g, int32_t id);       // kernels_reduce.cpp
+Kernel make_contract_kernel(const ir::Graph& g, int32_t id);     // kernels_contract.cpp
+
+// Small shared helpers.
+inline std::vector<int64_t> attr_slice(const ir::Node& n, size_t from, size_t count) {
+  return {n.iattrs.begin() + from, n.iattrs.begin() + from + count};
+}
+
+}  // namespace torch_tpu::runtime::host

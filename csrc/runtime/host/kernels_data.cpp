@@ -1,0 +1,166 @@
+// Data-movement IR ops. Pure layout changes (broadcast_in_dim, reshape, transpose, slice,
+// dynamic_slice) return ATen views, so they cost no copy; consumers read them strided.
+#include "common/check.h"
+#include "runtime/host/kernels.h"
+
+namespace torch_tpu::runtime::host {
+namespace {
+
+using ir::OpKind;
+
+// Clamped start of a dynamic slice of `size` elements in a dim of `n` (docs/ir.md).
+int64_t clamp_start(const at::Tensor& start, int64_t n, int64_t size) {
+  return std::clamp<int64_t>(start.item<int64_t>(), 0, n - size);
+}
+
+// gather/scatter index range check: an index outside [0, n) is a user-visible IndexError.
+void check_index(const char* op, const at::Tensor& index, const at::Tensor& x, int64_t axis) {
+  if (index.numel() == 0) return;
+  int64_t n = x.dim() == 0 ? 1 : x.size(axis);
+  auto [lo, hi] = at::aminmax(index);
+  int64_t mn = lo.item<int64_t>(), mx = hi.item<int64_t>();
+  int64_t bad = mn < 0 ? mn : mx;
+  TPU_CHECK_INDEX(mn >= 0 && mx < n, op, ": index ", bad, " is out of bounds for axis ", axis,
+                  " with size ", n);
+}
+
+// pad: fill with the value, then copy the (possibly cropped) strided interior region.
+struct PadPlan {
+  std::vector<int64_t> lo, interior, shape, in_shape;
+};
+
+at::Tensor pad(const PadPlan& p, const at::Tensor& x, const at::Tensor& value, at::Tensor* out) {
+  at::Tensor result = out ? *out : at::empty(p.shape, x.options());
+  result.copy_(value);  // broadcasts the 0-d fill value
+  at::Tensor dst = result, src = x;
+  for (size_t d = 0; d < p.shape.size(); ++d) {
+    // Element j of x lands at lo + j * step; keep the j whose position is inside [0, size).
+    int64_t step = p.interior[d] + 1, lo = p.lo[d], n = p.in_shape[d], size = p.shape[d];
+    int64_t j0 = lo >= 0 ? 0 : (-lo + step - 1) / step;
+    int64_t j1 = size - 1 - lo < 0 ? -1 : std::min(n - 1, (size - 1 - lo) / step);
+    if (j1 < j0) return result;  // nothing of x survives the cropping
+    src = src.slice(d, j0, j1 + 1);
+    dst = dst.slice(d, lo + j0 * step, lo + j1 * step + 1, step);
+  }
+  dst.copy_(src);
+  return result;
+}
+
+}  // namespace
+
+Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  const std::vector<int64_t> shape = n.shape;
+  const std::vector<int64_t>& a = n.iattrs;
+  if (n.operands.empty()) return {};
+  const int32_t x = n.operands[0];
+  const ir::Node& xn = g.node(x);
+  const size_t r = xn.shape.size();
+  switch (n.kind) {
+    case OpKind::kBroadcastInDim: {
+      std::vector<int64_t> view(shape.size(), 1);
+      for (size_t k = 0; k < a.size(); ++k) view[a[k]] = xn.shape[k];
+      return [x, view, shape](const Values& v, at::Tensor*) {
+        return v[x].reshape(view).expand(shape);
+      };
+    }
+    case OpKind::kReshape:
+      return [x, shape](const Values& v, at::Tensor*) { return v[x].reshape(shape); };
+    case OpKind::kTranspose: {
+      std::vector<int64_t> perm = a;
+      return [x, perm](const Values& v, at::Tensor*) { return v[x].permute(perm); };
+    }
+    case OpKind::kSlice: {
+      std::vector<int64_t> start = attr_slice(n, 0, r), limit = attr_slice(n, r, r),
+                           stride = attr_slice(n, 2 * r, r);
+      return [x, start, limit, stride](const Values& v, at::Tensor*) {
+        at::Tensor t = v[x];
+        for (size_t d = 0; d < start.size(); ++d) {
+          if (start[d] != 0 || limit[d] != t.size(d) || stride[d] != 1) {
+            t = t.slice(d, start[d], limit[d], stride[d]);
+          }
+        }
+        return t;
+      };
+    }
+    case OpKind::kDynamicSlice: {
+      std::vector<int32_t> starts(n.operands.begin() + 1, n.operands.end());
+      std::vector<int64_t> sizes = a;
+      return [x, starts, sizes](const Values& v, at::Tensor*) {
+        at::Tensor t = v[x];
+        for (size_t d = 0; d < sizes.size(); ++d) {
+          t = t.narrow(d, clamp_start(v[starts[d]], t.size(d), sizes[d]), sizes[d]);
+        }
+        return t;
+      };
+    }
+    case OpKind::kDynamicUpdateSlice: {
+      int32_t u = n.operands[1];
+      std::vector<int32_t> starts(n.operands.begin() + 2, n.operands.end());
+      return [x, u, starts](const Values& v, at::Tensor* out) {
+        at::Tensor result = out ? out->copy_(v[x]) : v[x].clone(at::MemoryFormat::Contiguous);
+        at::Tensor region = result;
+        const at::Tensor& upd = v[u];
+        for (size_t d = 0; d < starts.size(); ++d) {
+          region = region.narrow(d, clamp_start(v[starts[d]], result.size(d), upd.size(d)),
+                                 upd.size(d));
+        }
+        region.copy_(upd);
+        return result;
+      };
+    }
+    case OpKind::kConcatenate: {
+      std::vector<int32_t> xs = n.operands;
+      int64_t dim = a.at(0);
+      return [xs, dim](const Values& v, at::Tensor* out) {
+        std::vector<at::Tensor> ts;
+        ts.reserve(xs.size());
+        for (int32_t i : xs) ts.push_back(v[i]);
+        return out ? at::cat_out(*out, ts, dim) : at::cat(ts, dim);
+      };
+    }
+    case OpKind::kPad: {
+      PadPlan plan{attr_slice(n, 0, r), attr_slice(n, 2 * r, r), shape, xn.shape};
+      int32_t value = n.operands[1];
+      return [x, value, plan](const Values& v, at::Tensor* out) {
+        return pad(plan, v[x], v[value], out);
+      };
+    }
+    case OpKind::kReverse: {
+      std::vector<int64_t> dims = a;
+      if (dims.empty()) return [x](const Values& v, at::Tensor*) { return v[x]; };
+      return [x, dims](const Values& v, at::Tensor*) { return at::flip(v[x], dims); };
+    }
+    case OpKind::kGather: {
+      int32_t idx = n.operands[1];
+      int64_t axis = a.at(0);
+      return [x, idx, axis](const Values& v, at::Tensor* out) {
+        check_index("gather", v[idx], v[x], axis);
+        return out ? at::gather_out(*out, v[x], axis, v[idx]) : at::gather(v[x], axis, v[idx]);
+      };
+    }
+    case OpKind::kScatter: {
+      int32_t idx = n.operands[1], upd = n.operands[2];
+      int64_t axis = a.at(0);
+      auto mode = static_cast<ir::ScatterMode>(a.at(1));
+      if (mode == ir::ScatterMode::kReplace) {
+        return [x, idx, upd, axis](const Values& v, at::Tensor*) {
+          check_index("scatter", v[idx], v[x], axis);
+          return at::scatter(v[x], axis, v[idx], v[upd]);
+        };
+      }
+      const char* reduce = mode == ir::ScatterMode::kAdd   ? "sum"
+                           : mode == ir::ScatterMode::kMul ? "prod"
+                           : mode == ir::ScatterMode::kMax ? "amax"
+                                                           : "amin";
+      return [x, idx, upd, axis, reduce](const Values& v, at::Tensor*) {
+        check_index("scatter", v[idx], v[x], axis);
+        return at::scatter_reduce(v[x], axis, v[idx], v[upd], reduce, /*include_self=*/true);
+      };
+    }
+    default:
+      return {};
+  }
+}
+
+}  // namespace torch_tpu::runtime::host

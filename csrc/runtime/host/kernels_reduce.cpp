@@ -1,0 +1,181 @@
+// Reductions (reduce, reduce_window, scan) and sort, mapped onto ATen's CPU reductions with the
+// exact calls builder.py's reference makes (sum with dtype=input dtype, prod dim by dim, ...).
+#include <limits>
+
+#include "common/check.h"
+#include "runtime/host/kernels.h"
+
+namespace torch_tpu::runtime::host {
+namespace {
+
+using ir::OpKind;
+
+// Identity of a reduction kind in dtype (what empty reductions and window padding hold).
+at::Scalar identity(ir::ReduceKind kind, at::ScalarType dtype) {
+  switch (kind) {
+    case ir::ReduceKind::kSum:
+    case ir::ReduceKind::kOr:
+      return dtype == at::kBool ? at::Scalar(false) : at::Scalar(int64_t{0});
+    case ir::ReduceKind::kProd:
+    case ir::ReduceKind::kAnd:
+      return dtype == at::kBool ? at::Scalar(true) : at::Scalar(int64_t{1});
+    default:
+      break;
+  }
+  bool is_max = kind == ir::ReduceKind::kMax;
+  if (at::isFloatingType(dtype)) {
+    return is_max ? -std::numeric_limits<double>::infinity()
+                  : std::numeric_limits<double>::infinity();
+  }
+  if (dtype == at::kBool) return at::Scalar(!is_max);
+  at::Scalar result;
+  AT_DISPATCH_INTEGRAL_TYPES(dtype, "identity", [&] {
+    result = at::Scalar(static_cast<int64_t>(is_max ? std::numeric_limits<scalar_t>::lowest()
+                                                    : std::numeric_limits<scalar_t>::max()));
+  });
+  return result;
+}
+
+Kernel reduce_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
+  auto kind = static_cast<ir::ReduceKind>(n.iattrs.at(0));
+  std::vector<int64_t> dims(n.iattrs.begin() + 1, n.iattrs.end());
+  const at::ScalarType dtype = to_aten(xn.dtype);
+  if (dims.empty()) return [x](const Values& v, at::Tensor*) { return v[x]; };
+  if (kind == ir::ReduceKind::kArgmax || kind == ir::ReduceKind::kArgmin) {
+    int64_t dim = dims[0];
+    // ATen has no bool argmax; as u8 the order (false < true) and first-index ties are the same.
+    bool as_u8 = dtype == at::kBool;
+    auto in = [x, as_u8](const Values& v) { return as_u8 ? v[x].to(at::kByte) : v[x]; };
+    if (kind == ir::ReduceKind::kArgmax) {
+      return [in, dim](const Values& v, at::Tensor* out) {
+        return out ? at::argmax_out(*out, in(v), dim) : at::argmax(in(v), dim);
+      };
+    }
+    return [in, dim](const Values& v, at::Tensor* out) {
+      return out ? at::argmin_out(*out, in(v), dim) : at::argmin(in(v), dim);
+    };
+  }
+  bool empty = false;
+  for (int64_t d : dims) empty |= xn.shape[d] == 0;
+  if (empty) {  // known at compile time: the result is the identity everywhere
+    at::Tensor fill = at::full(n.shape, identity(kind, dtype), at::TensorOptions().dtype(dtype));
+    return [fill](const Values&, at::Tensor*) { return fill; };
+  }
+  switch (kind) {
+    case ir::ReduceKind::kSum:  // ATen accumulates f16/bf16 in f32 and rounds once
+      return [x, dims, dtype](const Values& v, at::Tensor* out) {
+        return out ? at::sum_out(*out, v[x], dims, false, dtype) : at::sum(v[x], dims, false, dtype);
+      };
+    case ir::ReduceKind::kProd:
+      return [x, dims, dtype](const Values& v, at::Tensor*) {
+        at::Tensor t = v[x];
+        for (auto it = dims.rbegin(); it != dims.rend(); ++it) t = at::prod(t, *it, false, dtype);
+        return t;
+      };
+    case ir::ReduceKind::kMax:
+      return [x, dims](const Values& v, at::Tensor* out) {
+        return out ? at::amax_out(*out, v[x], dims) : at::amax(v[x], dims);
+      };
+    case ir::ReduceKind::kMin:
+      return [x, dims](const Values& v, at::Tensor* out) {
+        return out ? at::amin_out(*out, v[x], dims) : at::amin(v[x], dims);
+      };
+    case ir::ReduceKind::kAnd:
+      return [x, dims](const Values& v, at::Tensor*) { return at::all(v[x], dims); };
+    case ir::ReduceKind::kOr:
+      return [x, dims](const Values& v, at::Tensor*) { return at::any(v[x], dims); };
+    default:
+      return {};
+  }
+}
+
+// reduce_window: pad with the identity, unfold every dim into (position, window) pairs
+// (dilation = stride of the window dim), then reduce all window dims at once.
+Kernel reduce_window_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
+  const size_t r = xn.shape.size();
+  if (r == 0) return [x](const Values& v, at::Tensor*) { return v[x]; };
+  auto wkind = static_cast<ir::WindowKind>(n.iattrs.at(0));
+  auto kind = wkind == ir::WindowKind::kSum   ? ir::ReduceKind::kSum
+              : wkind == ir::WindowKind::kMax ? ir::ReduceKind::kMax
+                                              : ir::ReduceKind::kMin;
+  const at::ScalarType dtype = to_aten(xn.dtype);
+  std::vector<int64_t> window = attr_slice(n, 1, r), strides = attr_slice(n, 1 + r, r),
+                       lo = attr_slice(n, 1 + 2 * r, r), hi = attr_slice(n, 1 + 3 * r, r),
+                       dil = attr_slice(n, 1 + 4 * r, r), shape = n.shape;
+  if (c10::multiply_integers(shape) == 0) {
+    return [shape, dtype](const Values&, at::Tensor*) { return at::empty(shape, dtype); };
+  }
+  std::vector<int64_t> pads;  // constant_pad_nd order: last dim first
+  bool padded = false;
+  for (size_t d = r; d-- > 0;) {
+    pads.push_back(lo[d]);
+    pads.push_back(hi[d]);
+    padded |= lo[d] || hi[d];
+  }
+  std::vector<int64_t> wdims;
+  for (size_t d = r; d < 2 * r; ++d) wdims.push_back(static_cast<int64_t>(d));
+  at::Scalar fill = identity(kind, dtype);
+  return [=](const Values& v, at::Tensor* out) {
+    at::Tensor t = padded ? at::constant_pad_nd(v[x], pads, fill) : v[x];
+    for (size_t d = 0; d < r; ++d) {
+      t = t.unfold(d, (window[d] - 1) * dil[d] + 1, strides[d]);
+      if (dil[d] > 1) t = t.slice(-1, 0, c10::nullopt, dil[d]);
+    }
+    if (kind == ir::ReduceKind::kSum) {
+      return out ? at::sum_out(*out, t, wdims, false, dtype) : at::sum(t, wdims, false, dtype);
+    }
+    if (kind == ir::ReduceKind::kMax) return out ? at::amax_out(*out, t, wdims) : at::amax(t, wdims);
+    return out ? at::amin_out(*out, t, wdims) : at::amin(t, wdims);
+  };
+}
+
+Kernel scan_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
+  if (xn.shape.empty()) return [x](const Values& v, at::Tensor*) { return v[x]; };
+  auto kind = static_cast<ir::ScanKind>(n.iattrs.at(0));
+  int64_t dim = n.iattrs.at(1);
+  bool reverse = n.iattrs.at(2) != 0;
+  const at::ScalarType dtype = to_aten(xn.dtype);
+  return [=](const Values& v, at::Tensor*) {
+    at::Tensor t = reverse ? at::flip(v[x], dim) : v[x];
+    switch (kind) {
+      case ir::ScanKind::kSum: t = at::cumsum(t, dim, dtype); break;
+      case ir::ScanKind::kProd: t = at::cumprod(t, dim, dtype); break;
+      case ir::ScanKind::kMax: t = std::get<0>(at::cummax(t, dim)); break;
+      case ir::ScanKind::kMin: t = std::get<0>(at::cummin(t, dim)); break;
+    }
+    return reverse ? at::flip(t, dim) : t;
+  };
+}
+
+}  // namespace
+
+Kernel make_reduce_kernel(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  if (n.operands.empty()) return {};
+  const int32_t x = n.operands[0];
+  const ir::Node& xn = g.node(x);
+  switch (n.kind) {
+    case OpKind::kReduce:
+      return reduce_kernel(n, xn, x);
+    case OpKind::kReduceWindow:
+      return reduce_window_kernel(n, xn, x);
+    case OpKind::kScan:
+      return scan_kernel(n, xn, x);
+    case OpKind::kSort: {
+      if (xn.shape.empty()) {
+        at::Tensor zero = at::zeros({}, at::kLong);
+        return [zero](const Values&, at::Tensor*) { return zero; };
+      }
+      int64_t dim = n.iattrs.at(0);
+      bool descending = n.iattrs.at(1) != 0;
+      // torch.sort puts NaN last ascending (first descending): NaN is the largest value.
+      return [x, dim, descending](const Values& v, at::Tensor*) {
+        return std::get<1>(at::sort(v[x], /*stable=*/true, dim, descending));
+      };
+    }
+    default:
+      return {};
+  }
+}
+
+}  // namespace torch_tpu::runtime::host

@@ -1,0 +1,75 @@
+// Runtime interface: what executes compiled IR programs on device memory.
+//
+// Design: a runtime implements IR operations, never ATen ops. `compile` turns a verified
+// ir::Graph plus the ids of the nodes the caller wants back into an Executable; `run` binds
+// inputs (tensor memory or host scalars, indexed by the graph's parameter bindings) and writes
+// each requested node into its destination memory. Executables are immutable after compile and
+// may be run concurrently from several worker threads. The host runtime (runtime/host) is the
+// embedded default; the PJRT runtime plugs in behind the same interface.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace torch_tpu::runtime {
+
+// What a parameter node (binding >= 0) or an output refers to at run time.
+struct Binding {
+  enum class Kind : uint8_t { Tensor, Scalar };
+  Kind kind = Kind::Tensor;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  // Tensor: address of element [0,...,0] (storage base + offset * itemsize), sizes and
+  // strides in elements. The memory is owned by the caller and outlives run().
+  void* data = nullptr;
+  c10::SmallVector<int64_t, 6> sizes;
+  c10::SmallVector<int64_t, 6> strides;
+  // Scalar: the value; `dtype` says which member holds it (floating types: d, else i).
+  double d = 0.0;
+  int64_t i = 0;
+};
+
+// The generator state bound to the reserved parameters (binding -1: seed, -2: offset).
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// One requested result: the value of graph node `node` is written into `dest` (a Tensor
+// binding whose sizes equal the node's shape; strides may be arbitrary, e.g. a view of a
+// larger storage). The value is converted to dest.dtype if it differs.
+struct OutputTarget {
+  int32_t node = 0;
+  Binding dest;
+};
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Runs the program. Thread-safe (no mutable state). Throws c10::Error subclasses on
+  // run-time failures (c10::IndexError for an out-of-range gather index); outputs may then be
+  // partially written.
+  virtual void run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
+                   RngState rng) const = 0;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual const char* name() const = 0;
+  // Compiles a verified graph. `outputs` lists the node ids run() may be asked to write.
+  // Throws c10::Error if an op/dtype is unsupported by this runtime.
+  virtual std::unique_ptr<Executable> compile(const ir::Graph& graph,
+                                              const std::vector<int32_t>& outputs) = 0;
+};
+
+// The embedded host runtime (device memory is host RAM). Never null; lives forever.
+Runtime& host_runtime();
+
+}  // namespace torch_tpu::runtime

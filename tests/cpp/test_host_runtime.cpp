@@ -1,0 +1,273 @@
+// The host runtime executing small IR programs; expected values are computed by hand or with
+// torch_tpu/ir/builder.py's reference mode (noted where used).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "ir/verifier.h"
+#include "runtime/host/philox.h"
+#include "runtime/runtime.h"
+
+namespace torch_tpu::runtime {
+namespace {
+
+using ir::DType;
+using ir::Node;
+using ir::OpKind;
+
+struct Program {
+  ir::Graph g;
+  int32_t add(OpKind k, DType t, std::vector<int64_t> shape, std::vector<int32_t> operands = {},
+              std::vector<int64_t> iattrs = {}, std::vector<double> fattrs = {}) {
+    return g.add(Node{k, t, std::move(shape), std::move(operands), std::move(iattrs), std::move(fattrs)});
+  }
+  int32_t param(int64_t binding, DType t, std::vector<int64_t> shape) {
+    return add(OpKind::kParameter, t, std::move(shape), {}, {binding});
+  }
+};
+
+Binding tensor_binding(const at::Tensor& t) {
+  Binding b;
+  b.kind = Binding::Kind::Tensor;
+  b.dtype = t.scalar_type();
+  b.data = t.data_ptr();
+  b.sizes.assign(t.sizes().begin(), t.sizes().end());
+  b.strides.assign(t.strides().begin(), t.strides().end());
+  return b;
+}
+
+// Runs `p` with tensor/scalar inputs and returns fresh contiguous results of `outputs`.
+std::vector<at::Tensor> run(const Program& p, const std::vector<int32_t>& outputs,
+                            const std::vector<Binding>& inputs, RngState rng = {}) {
+  ir::verify(p.g);
+  auto exe = host_runtime().compile(p.g, outputs);
+  std::vector<at::Tensor> results;
+  std::vector<OutputTarget> targets;
+  for (int32_t o : outputs) {
+    const Node& n = p.g.node(o);
+    results.push_back(at::empty(n.shape, static_cast<at::ScalarType>(n.dtype)));
+    targets.push_back({o, tensor_binding(results.back())});
+  }
+  exe->run(inputs, targets, rng);
+  return results;
+}
+
+void expect_equal(const at::Tensor& got, const at::Tensor& want) {
+  ASSERT_EQ(got.scalar_type(), want.scalar_type());
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_TRUE(at::equal(got, want)) << "got\n" << got << "\nwant\n" << want;
+}
+
+TEST(HostRuntime, NameAndSingleton) {
+  EXPECT_STREQ(host_runtime().name(), "host");
+  EXPECT_EQ(&host_runtime(), &host_runtime());
+}
+
+TEST(HostRuntime, ElementwiseChain) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {2, 2});
+  int32_t y = p.param(1, DType::kF32, {2, 2});
+  int32_t s = p.add(OpKind::kMul, DType::kF32, {2, 2}, {x, y});
+  int32_t e = p.add(OpKind::kNeg, DType::kF32, {2, 2}, {s});
+  int32_t c = p.add(OpKind::kCompare, DType::kBool, {2, 2}, {e, x}, {2});  // lt
+  at::Tensor a = at::tensor({1.f, -2.f, 3.f, 0.5f}).view({2, 2});
+  at::Tensor b = at::tensor({2.f, 3.f, -1.f, 4.f}).view({2, 2});
+  auto r = run(p, {e, c}, {tensor_binding(a), tensor_binding(b)});
+  expect_equal(r[0], at::tensor({-2.f, 6.f, 3.f, -2.f}).view({2, 2}));
+  expect_equal(r[1], at::tensor({1, 0, 0, 1}, at::kInt).to(at::kBool).view({2, 2}));
+}
+
+TEST(HostRuntime, IntegerDivisionTruncatesAndRemKeepsDividendSign) {
+  Program p;
+  int32_t x = p.param(0, DType::kI32, {4});
+  int32_t y = p.param(1, DType::kI32, {4});
+  int32_t d = p.add(OpKind::kDiv, DType::kI32, {4}, {x, y});
+  int32_t m = p.add(OpKind::kRem, DType::kI32, {4}, {x, y});
+  int32_t sh = p.add(OpKind::kShrLogical, DType::kI32, {4}, {x, y});
+  at::Tensor a = at::tensor({7, -7, 7, -7}, at::kInt), b = at::tensor({2, 2, -2, 40}, at::kInt);
+  auto r = run(p, {d, m, sh}, {tensor_binding(a), tensor_binding(b)});
+  expect_equal(r[0], at::tensor({3, -3, -3, 0}, at::kInt));
+  expect_equal(r[1], at::tensor({1, -1, 1, -7}, at::kInt));
+  // -7 >> 2 logically is 0x3FFFFFFE; a shift by -2 or >= 32 gives 0.
+  expect_equal(r[2], at::tensor({1, 0x3FFFFFFE, 0, 0}, at::kInt));
+}
+
+TEST(HostRuntime, BroadcastScalarBindingAndConvert) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {2, 3});
+  int32_t s = p.param(1, DType::kF32, {});  // bound to a Python-style double scalar
+  int32_t b = p.add(OpKind::kBroadcastInDim, DType::kF32, {2, 3}, {s}, {});
+  int32_t col = p.param(2, DType::kF32, {2});
+  int32_t bc = p.add(OpKind::kBroadcastInDim, DType::kF32, {2, 3}, {col}, {0});
+  int32_t sum = p.add(OpKind::kAdd, DType::kF32, {2, 3}, {x, b});
+  int32_t sum2 = p.add(OpKind::kAdd, DType::kF32, {2, 3}, {sum, bc});
+  int32_t i = p.add(OpKind::kConvert, DType::kI64, {2, 3}, {sum2});
+  Binding scalar;
+  scalar.kind = Binding::Kind::Scalar;
+  scalar.dtype = at::kDouble;
+  scalar.d = 0.25;
+  at::Tensor a = at::arange(6, at::kFloat).view({2, 3});
+  at::Tensor c = at::tensor({10.f, -10.f});
+  auto r = run(p, {sum2, i}, {tensor_binding(a), scalar, tensor_binding(c)});
+  expect_equal(r[0], at::tensor({10.25f, 11.25f, 12.25f, -6.75f, -5.75f, -4.75f}).view({2, 3}));
+  expect_equal(r[1], at::tensor({10, 11, 12, -6, -5, -4}, at::kLong).view({2, 3}));  // truncation
+}
+
+TEST(HostRuntime, Reductions) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {2, 3});
+  int32_t sum = p.add(OpKind::kReduce, DType::kF32, {3}, {x}, {0, 0});
+  int32_t mx = p.add(OpKind::kReduce, DType::kF32, {2}, {x}, {2, 1});
+  int32_t am = p.add(OpKind::kReduce, DType::kI64, {2}, {x}, {6, 1});
+  int32_t all = p.add(OpKind::kReduce, DType::kF32, {}, {x}, {1, 0, 1});
+  int32_t e = p.param(1, DType::kF32, {0, 2});
+  int32_t emax = p.add(OpKind::kReduce, DType::kF32, {2}, {e}, {2, 0});
+  int32_t esum = p.add(OpKind::kReduce, DType::kF32, {2}, {e}, {0, 0});
+  at::Tensor a = at::tensor({1.f, NAN, 3.f, 4.f, 5.f, 5.f}).view({2, 3});
+  at::Tensor empty = at::empty({0, 2});
+  auto r = run(p, {sum, mx, am, all, emax, esum}, {tensor_binding(a), tensor_binding(empty)});
+  EXPECT_EQ(r[0][0].item<float>(), 5.f);
+  EXPECT_TRUE(std::isnan(r[0][1].item<float>()));
+  EXPECT_TRUE(std::isnan(r[1][0].item<float>()));  // max propagates NaN
+  EXPECT_EQ(r[1][1].item<float>(), 5.f);
+  expect_equal(r[2], at::tensor({1, 1}, at::kLong));  // NaN is the max; first of two 5s
+  EXPECT_TRUE(std::isnan(r[3].item<float>()));
+  expect_equal(r[4], at::full({2}, -INFINITY));  // empty reductions give the identity
+  expect_equal(r[5], at::zeros({2}));
+}
+
+TEST(HostRuntime, DotGeneralBatchedWithTransposedOperands) {
+  Program p;
+  // lhs [k=3, b=2, m=2], rhs [b=2, n=2, k=3]: batch (1; 0), contract (0; 2).
+  int32_t l = p.param(0, DType::kF64, {3, 2, 2});
+  int32_t r = p.param(1, DType::kF64, {2, 2, 3});
+  int32_t d = p.add(OpKind::kDotGeneral, DType::kF64, {2, 2, 2}, {l, r}, {1, 1, 0, 1, 0, 2});
+  at::Tensor a = at::arange(12, at::kDouble).view({3, 2, 2});
+  at::Tensor b = at::arange(12, at::kDouble).view({2, 2, 3}) - 5;
+  auto res = run(p, {d}, {tensor_binding(a), tensor_binding(b)});
+  at::Tensor want = at::einsum("kbm,bnk->bmn", {a, b});
+  expect_equal(res[0], want);
+  // Integers: exact, wrapping in the narrow type.
+  Program q;
+  int32_t li = q.param(0, DType::kI8, {1, 2});
+  int32_t ri = q.param(1, DType::kI8, {2, 1});
+  int32_t di = q.add(OpKind::kDotGeneral, DType::kI8, {1, 1}, {li, ri}, {0, 1, 1, 0});
+  at::Tensor ai = at::tensor({100, 100}, at::kChar).view({1, 2});
+  at::Tensor bi = at::tensor({2, 1}, at::kChar).view({2, 1});
+  auto ri8 = run(q, {di}, {tensor_binding(ai), tensor_binding(bi)});
+  EXPECT_EQ(ri8[0].item<int8_t>(), static_cast<int8_t>(300 - 256));
+}
+
+TEST(HostRuntime, GatherOutOfRangeRaisesIndexError) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {3});
+  int32_t i = p.param(1, DType::kI64, {2});
+  int32_t g = p.add(OpKind::kGather, DType::kF32, {2}, {x, i}, {0});
+  at::Tensor a = at::tensor({1.f, 2.f, 3.f});
+  at::Tensor ok = at::tensor({2, 0}, at::kLong);
+  expect_equal(run(p, {g}, {tensor_binding(a), tensor_binding(ok)})[0], at::tensor({3.f, 1.f}));
+  for (int64_t bad : {3, -1}) {
+    at::Tensor idx = at::tensor({int64_t{0}, bad}, at::kLong);
+    EXPECT_THROW(run(p, {g}, {tensor_binding(a), tensor_binding(idx)}), c10::IndexError);
+  }
+}
+
+TEST(HostRuntime, PhiloxKnownAnswer) {
+  // Random123's known-answer vector for philox4x32_10 with zero counter and key.
+  auto w = host::philox4x32_10(0, 0);
+  EXPECT_EQ(w[0], 0x6627e8d5u);
+  EXPECT_EQ(w[1], 0xe169c58du);
+  EXPECT_EQ(w[2], 0xbc57ac4cu);
+  EXPECT_EQ(w[3], 0x9b00dbd8u);
+}
+
+TEST(HostRuntime, RngMatchesReferenceAndIsDeterministic) {
+  // builder.py: rng_uniform(f32, (4,)) then rng_normal(f64, (3,)) with seed 42, offset 7.
+  Program p;
+  int32_t seed = p.param(ir::kRngSeedBinding, DType::kI64, {});
+  int32_t off = p.param(ir::kRngOffsetBinding, DType::kI64, {});
+  int32_t u = p.add(OpKind::kRngUniform, DType::kF32, {4}, {seed, off});
+  int32_t four = p.add(OpKind::kConstant, DType::kI64, {}, {}, {4});
+  int32_t off2 = p.add(OpKind::kAdd, DType::kI64, {}, {off, four});
+  int32_t nrm = p.add(OpKind::kRngNormal, DType::kF64, {3}, {seed, off2});
+  auto r = run(p, {u, nrm}, {}, {42, 7});
+  expect_equal(r[0], at::tensor({0.3583604693412781f, 0.5480090379714966f, 0.2663445472717285f,
+                                 0.5246256589889526f}));
+  EXPECT_TRUE(at::allclose(r[1], at::tensor({-1.3787772257554678, 0.6473087293754172,
+                                             -1.7180850977669817}, at::kDouble),
+                           0, 1e-15));
+  auto again = run(p, {u, nrm}, {}, {42, 7});
+  expect_equal(again[0], r[0]);
+  expect_equal(again[1], r[1]);
+  auto other = run(p, {u}, {}, {43, 7});
+  EXPECT_FALSE(at::equal(other[0], r[0]));
+}
+
+TEST(HostRuntime, StridedInputsAndOutputs) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {2, 3});
+  int32_t one = p.add(OpKind::kConstant, DType::kF32, {}, {}, {}, {1.0});
+  int32_t ones = p.add(OpKind::kBroadcastInDim, DType::kF32, {2, 3}, {one}, {});
+  int32_t y = p.add(OpKind::kAdd, DType::kF32, {2, 3}, {x, ones});
+  int32_t t = p.add(OpKind::kTranspose, DType::kF32, {3, 2}, {y}, {1, 0});
+  // Input: a transposed view with a storage offset; outputs: strided views of a larger buffer
+  // (one float64, so the value is converted on the way out).
+  at::Tensor base = at::arange(20, at::kFloat).view({4, 5});
+  at::Tensor in = base.slice(0, 1, 4).slice(1, 0, 2).t();  // [2, 3], strides (1, 5)
+  at::Tensor out_buf = at::full({4, 6}, -1.f);
+  at::Tensor out_y = out_buf.slice(0, 0, 4, 2).slice(1, 1, 4);  // [2, 3], strides (12, 1)
+  at::Tensor out_t_buf = at::zeros({3, 4}, at::kDouble);
+  at::Tensor out_t = out_t_buf.slice(1, 0, 4, 2);  // [3, 2], strides (4, 2)
+  ir::verify(p.g);
+  auto exe = host_runtime().compile(p.g, {y, t});
+  exe->run({tensor_binding(in)}, {{y, tensor_binding(out_y)}, {t, tensor_binding(out_t)}}, {});
+  at::Tensor want = in + 1;
+  expect_equal(out_y, want);
+  expect_equal(out_t, want.t().to(at::kDouble));
+  EXPECT_EQ(out_buf[1][0].item<float>(), -1.f);  // untouched around the view
+  EXPECT_EQ(out_t_buf[0][1].item<double>(), 0.0);
+}
+
+TEST(HostRuntime, OutputAliasingAnInputIsWrittenSafely) {
+  // In-place style program: the output destination is the input's own memory.
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {2, 2});
+  int32_t t = p.add(OpKind::kTranspose, DType::kF32, {2, 2}, {x}, {1, 0});
+  int32_t y = p.add(OpKind::kAdd, DType::kF32, {2, 2}, {x, t});
+  int32_t z = p.add(OpKind::kMul, DType::kF32, {2, 2}, {y, x});
+  at::Tensor a = at::tensor({1.f, 2.f, 3.f, 4.f}).view({2, 2});
+  at::Tensor want = (a + a.t()) * a;
+  ir::verify(p.g);
+  auto exe = host_runtime().compile(p.g, {z});
+  exe->run({tensor_binding(a)}, {{z, tensor_binding(a)}}, {});
+  expect_equal(a, want);
+}
+
+TEST(HostRuntime, PadSliceConcatenateReverse) {
+  Program p;
+  int32_t x = p.param(0, DType::kI32, {3});
+  int32_t zero = p.add(OpKind::kConstant, DType::kI32, {}, {}, {0});
+  // lo -1 crops the first element, interior 1 adds a zero between neighbours, hi 2.
+  int32_t pd = p.add(OpKind::kPad, DType::kI32, {6}, {x, zero}, {-1, 2, 1});
+  int32_t sl = p.add(OpKind::kSlice, DType::kI32, {2}, {x}, {0, 3, 2});
+  int32_t cat = p.add(OpKind::kConcatenate, DType::kI32, {5}, {sl, x}, {0});
+  int32_t rev = p.add(OpKind::kReverse, DType::kI32, {5}, {cat}, {0});
+  at::Tensor a = at::tensor({1, 2, 3}, at::kInt);
+  auto r = run(p, {pd, rev}, {tensor_binding(a)});
+  expect_equal(r[0], at::tensor({0, 2, 0, 3, 0, 0}, at::kInt));
+  expect_equal(r[1], at::tensor({3, 2, 1, 3, 1}, at::kInt));
+}
+
+TEST(HostRuntime, DeadNodesAreNotExecuted) {
+  // %2 would raise (gather out of range) but no output depends on it.
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {2});
+  int32_t i = p.param(1, DType::kI64, {2});
+  p.add(OpKind::kGather, DType::kF32, {2}, {x, i}, {0});
+  int32_t y = p.add(OpKind::kAbs, DType::kF32, {2}, {x});
+  at::Tensor a = at::tensor({-1.f, 2.f});
+  at::Tensor bad = at::tensor({5, 5}, at::kLong);
+  expect_equal(run(p, {y}, {tensor_binding(a), tensor_binding(bad)})[0], at::tensor({1.f, 2.f}));
+}
+
+}  // namespace
+}  // namespace torch_tpu::runtime

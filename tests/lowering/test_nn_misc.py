@@ -1,0 +1,135 @@
+"""Softmax, embedding, attention, upsampling, pixel shuffle and im2col lowerings (nn.py) vs CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu.lowering  # noqa: F401
+from torch_tpu.lowering.testing import ReferenceMode, run_reference
+
+aten = torch.ops.aten
+TOL = {torch.float32: 2e-5, torch.float64: 1e-10, torch.bfloat16: 3e-2}
+FLOATS = [torch.float32, torch.float64]
+
+
+def _close(got, expected, dtype: torch.dtype) -> None:
+    got = got if isinstance(got, tuple) else (got,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape, (g.dtype, e.dtype, g.shape, e.shape)
+        torch.testing.assert_close(g, e, atol=TOL[dtype], rtol=TOL[dtype], equal_nan=True)
+
+
+def _check(op, *args, dtype: torch.dtype, **kwargs) -> None:
+    _close(run_reference(op, *args, **kwargs), op(*args, **kwargs), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax_family(dim: int, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    x = (torch.randn(3, 4, 5, dtype=torch.float64) * 4).to(dtype)
+    x[0, 0, 0] = float("-inf")
+    for fwd, bwd in ((aten._softmax.default, aten._softmax_backward_data.default),
+                     (aten._log_softmax.default, aten._log_softmax_backward_data.default)):
+        _check(fwd, x, dim, False, dtype=dtype)
+        y = fwd(x, dim, False)
+        _check(bwd, torch.randn_like(y), y, dim, dtype, dtype=dtype)
+    _check(aten._softmax.default, torch.tensor(2.0, dtype=dtype), 0, False, dtype=dtype)
+
+
+def test_safe_softmax_masked_rows() -> None:
+    x = torch.randn(3, 4)
+    x[1] = float("-inf")
+    got = run_reference(aten._safe_softmax.default, x, -1)
+    torch.testing.assert_close(got, aten._safe_softmax(x, -1))
+    assert torch.equal(got[1], torch.zeros(4))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("padding_idx,scale", [(-1, False), (3, False), (2, True)])
+def test_embedding(padding_idx: int, scale: bool, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    w = torch.randn(10, 4, dtype=dtype)
+    idx = torch.tensor([[1, 3, 3, 9], [2, 2, 2, 0]])
+    _check(aten.embedding.default, w, idx, padding_idx, scale, dtype=dtype)
+    _check(aten.embedding_dense_backward.default, torch.randn(2, 4, 4, dtype=dtype), idx, 10, padding_idx, scale,
+           dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.bfloat16], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mask", [None, "float"])
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_flash_attention_for_cpu(causal: bool, mask: str | None, scale: float | None, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, 5, 8, dtype=dtype)
+    k, v = torch.randn(2, 3, 7, 8, dtype=dtype), torch.randn(2, 3, 7, 8, dtype=dtype)
+    m = torch.randn(2, 1, 5, 7, dtype=dtype) if mask else None
+    op = aten._scaled_dot_product_flash_attention_for_cpu.default
+    _check(op, q, k, v, 0.0, causal, attn_mask=m, scale=scale, dtype=dtype)
+    out, lse = op(q, k, v, 0.0, causal, attn_mask=m, scale=scale)
+    _check(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, torch.randn_like(out), q, k, v, out,
+           lse, 0.0, causal, attn_mask=m, scale=scale, dtype=dtype)
+
+
+def test_attention_math_path() -> None:
+    # The tpu device routes SDPA to the composite math path: its ops (bmm, _safe_softmax, ...) lower.
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+    mask = torch.rand(4, 6) > 0.3
+    mode = ReferenceMode()
+    with mode:
+        got = aten._scaled_dot_product_attention_math(q, k, v, mask)[0]
+        got_c = aten._scaled_dot_product_attention_math(q, k, v, is_causal=True)[0]
+    torch.testing.assert_close(got, aten._scaled_dot_product_attention_math(q, k, v, mask)[0])
+    torch.testing.assert_close(got_c, aten._scaled_dot_product_attention_math(q, k, v, is_causal=True)[0])
+    assert mode.lowered.get("aten.bmm.default") and mode.lowered.get("aten._safe_softmax.default")
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("out,scales", [([11, 9], (None, None)), ([10, 14], (None, None)), ([3, 4], (None, None)),
+                                        ([11, 9], (2.3, 1.4))], ids=str)
+def test_upsample_2d(out, scales, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 7, dtype=dtype)
+    go = torch.randn(2, 3, *out, dtype=dtype)
+    for fwd, bwd in ((aten.upsample_nearest2d.default, aten.upsample_nearest2d_backward.default),
+                     (aten._upsample_nearest_exact2d.default, aten._upsample_nearest_exact2d_backward.default)):
+        _check(fwd, x, out, *scales, dtype=dtype)
+        _check(bwd, go, out, list(x.shape), *scales, dtype=dtype)
+    for align in (False, True):
+        _check(aten.upsample_bilinear2d.default, x, out, align, *scales, dtype=dtype)
+        _check(aten.upsample_bilinear2d_backward.default, go, out, list(x.shape), align, *scales, dtype=dtype)
+
+
+def test_upsample_vec_1d_3d() -> None:
+    torch.manual_seed(0)
+    dtype = torch.float64
+    x = torch.randn(2, 3, 5, 7, dtype=dtype)
+    _check(aten.upsample_nearest2d.vec, x, None, [2.3, 1.4], dtype=dtype)
+    _check(aten.upsample_bilinear2d.vec, x, None, True, [2.3, 1.4], dtype=dtype)
+    _check(aten.upsample_nearest1d.default, x[0], [11], dtype=dtype)
+    _check(aten.upsample_nearest1d_backward.default, torch.randn(3, 5, 11, dtype=dtype), [11], [3, 5, 7], dtype=dtype)
+    _check(aten.upsample_linear1d.default, x[0], [11], False, dtype=dtype)
+    _check(aten.upsample_nearest3d.default, x[None], [3, 11, 9], dtype=dtype)
+    with ReferenceMode():  # F.interpolate with a scale factor bakes it into the lowering
+        got = F.interpolate(x.float(), scale_factor=1.7, mode="bilinear")
+    torch.testing.assert_close(got, F.interpolate(x.float(), scale_factor=1.7, mode="bilinear"))
+
+
+def test_pixel_shuffle_im2col() -> None:
+    torch.manual_seed(0)
+    dtype = torch.float64
+    _check(aten.pixel_shuffle.default, torch.randn(2, 8, 3, 4, dtype=dtype), 2, dtype=dtype)
+    _check(aten.pixel_unshuffle.default, torch.randn(2, 2, 4, 6, dtype=dtype), 2, dtype=dtype)
+    x = torch.randn(2, 3, 5, 7, dtype=dtype)
+    args = ([2, 3], [1, 2], [1, 1], [2, 1])
+    _check(aten.im2col.default, x, *args, dtype=dtype)
+    _check(aten.im2col.default, x[0], *args, dtype=dtype)
+    cols = aten.im2col(x, *args)
+    _check(aten.col2im.default, cols, [5, 7], *args, dtype=dtype)
+    _check(aten.col2im.default, cols[0], [5, 7], *args, dtype=dtype)

@@ -1,0 +1,33 @@
+"""torch_tpu: makes a TPU-class accelerator the PyTorch device "tpu".
+
+``import torch_tpu`` registers the backend: the "tpu" device (PrivateUse1 renamed),
+``torch.tpu`` (shaped like ``torch.cuda``), tensor/module/storage methods, and the lowering
+table every op goes through. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+
+import torch
+
+from . import _C
+from ._backend import register as _register
+
+_register()
+
+from .config import env_vars  # noqa: E402
+from .modes import get_mode, mode, set_mode  # noqa: E402
+from .runtime_info import fallback_enabled, metrics, reset_metrics, set_fallback, sync  # noqa: E402
+
+atexit.register(_C._synchronize)
+
+__version__ = "0.1.0"
+
+
+def _autoload() -> None:
+    """Entry point for torch's device-backend autoloading (importing this module did the work)."""
+
+
+__all__ = ["get_mode", "set_mode", "mode", "metrics", "reset_metrics", "set_fallback", "fallback_enabled",
+           "sync", "env_vars"]

@@ -1,0 +1,317 @@
+"""``torch.tpu``: the device module, shaped like ``torch.cuda``.
+
+Devices, streams and events use PyTorch's generic ``torch.Stream``/``torch.Event`` on top of
+our DeviceGuard implementation; memory statistics come from the caching device allocator;
+random state is the per-device Philox generator (seed, offset).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import _C
+
+_DeviceLike = int | str | torch.device | None
+
+
+def _index(device: _DeviceLike = None, optional: bool = True) -> int:
+    if device is None:
+        return _C._current_device()
+    if isinstance(device, int):
+        idx = device
+    else:
+        d = torch.device(device)
+        if d.type != "tpu":
+            raise ValueError(f"Expected a tpu device, but got: {d}")
+        idx = d.index if d.index is not None else _C._current_device()
+    _C._check_device(idx)
+    return idx
+
+
+# -- devices ----------------------------------------------------------------------------------
+
+def is_available() -> bool:
+    return _C._device_count() > 0
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def init() -> None:
+    """Devices are ready at import; kept for torch.cuda parity."""
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device: _DeviceLike) -> None:
+    _C._set_device(_index(device))
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    return _C._device_name(_index(device))
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    name: str
+    total_memory: int
+    index: int
+    type: str = "tpu"
+
+
+def get_device_properties(device: _DeviceLike = None) -> DeviceProperties:
+    i = _index(device)
+    return DeviceProperties(name=_C._device_name(i), total_memory=_C._device_capacity(i), index=i)
+
+
+def get_device_capability(device: _DeviceLike = None) -> tuple[int, int]:
+    return (1, 0)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """dtypes torch.autocast("tpu") accepts."""
+    return [torch.bfloat16, torch.float16]
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    """Wait for every stream of the device."""
+    _C._synchronize(_index(device))
+
+
+class device:
+    """Context manager that changes the current device: ``with torch.tpu.device(1): ...``."""
+
+    def __init__(self, device: _DeviceLike):
+        self.idx = _index(device) if device is not None and device != -1 else -1
+        self.prev = -1
+
+    def __enter__(self) -> "device":
+        if self.idx != -1:
+            self.prev = _C._current_device()
+            _C._set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.idx != -1:
+            _C._set_device(self.prev)
+
+
+class device_of(device):
+    """Context manager selecting the device of a tensor (no-op for non-tpu tensors)."""
+
+    def __init__(self, obj: torch.Tensor):
+        super().__init__(obj.get_device() if obj.device.type == "tpu" else -1)
+
+
+# -- streams and events -----------------------------------------------------------------------
+
+class Stream(torch.Stream):
+    """An in-order work queue of a tpu device (one worker each; see csrc/device/stream.h)."""
+
+    def __new__(cls, device: _DeviceLike = None, priority: int = 0, **kwargs: Any) -> "Stream":
+        if "stream_id" in kwargs:
+            return super().__new__(cls, **kwargs)
+        with torch.tpu.device(device):
+            base = torch.Stream(device="tpu")  # a pool stream of the current device
+        return super().__new__(cls, stream_id=base.stream_id, device_index=base.device_index,
+                               device_type=base.device_type)
+
+    def wait_event(self, event: torch.Event) -> None:
+        event.wait(self)
+
+    def wait_stream(self, stream: torch.Stream) -> None:
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event: torch.Event | None = None) -> torch.Event:
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+
+class Event(torch.Event):
+    """A position in a stream's queue (record, wait, query, synchronize, elapsed_time)."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
+        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking,
+                               interprocess=interprocess)
+
+    def record(self, stream: torch.Stream | None = None) -> None:
+        super().record(stream if stream is not None else current_stream())
+
+    def wait(self, stream: torch.Stream | None = None) -> None:
+        super().wait(stream if stream is not None else current_stream())
+
+
+_PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, the device type torch.Stream stores
+
+
+def _wrap(pair: tuple[int, int]) -> Stream:
+    sid, idx = pair
+    return Stream(stream_id=sid, device_index=idx, device_type=_PRIVATEUSE1)
+
+
+def current_stream(device: _DeviceLike = None) -> Stream:
+    return _wrap(_C._current_stream(_index(device)))
+
+
+def default_stream(device: _DeviceLike = None) -> Stream:
+    return _wrap(_C._default_stream(_index(device)))
+
+
+def set_stream(stream: torch.Stream) -> None:
+    if stream is None:
+        return
+    _C._set_stream(stream.stream_id, stream.device_index)
+
+
+@contextlib.contextmanager
+def stream(s: torch.Stream | None) -> Iterator[None]:
+    """Make s the current stream of its device (and the current device) inside the block."""
+    if s is None:
+        yield
+        return
+    prev_device = _C._current_device()
+    prev = _C._current_stream(s.device_index)
+    _C._set_device(s.device_index)
+    _C._set_stream(s.stream_id, s.device_index)
+    try:
+        yield
+    finally:
+        _C._set_stream(prev[0], prev[1])
+        _C._set_device(prev_device)
+
+
+class StreamContext:
+    """Class form of :func:`stream` (torch.cuda.StreamContext parity)."""
+
+    def __init__(self, s: torch.Stream | None):
+        self._cm = stream(s)
+
+    def __enter__(self) -> None:
+        self._cm.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._cm.__exit__(*exc)
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
+    return dict(sorted(_C._memory_stats(_index(device)).items()))
+
+
+def memory_allocated(device: _DeviceLike = None) -> int:
+    return _C._memory_stats(_index(device))["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: _DeviceLike = None) -> int:
+    return _C._memory_stats(_index(device))["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device: _DeviceLike = None) -> int:
+    return _C._memory_stats(_index(device))["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device: _DeviceLike = None) -> int:
+    return _C._memory_stats(_index(device))["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
+    _C._reset_peak_memory_stats(_index(device))
+
+
+def reset_max_memory_allocated(device: _DeviceLike = None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device: _DeviceLike = None) -> None:
+    _C._reset_accumulated_memory_stats(_index(device))
+
+
+def empty_cache() -> None:
+    """Return cached, unused device memory (of every device) to the system."""
+    for i in range(device_count()):
+        _C._empty_cache(i)
+
+
+def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
+    """(free, total) bytes of the device; free excludes memory held by the cache."""
+    i = _index(device)
+    total = _C._device_capacity(i)
+    return total - _C._memory_stats(i)["reserved_bytes.all.current"], total
+
+
+def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str:
+    stats = memory_stats(device)
+    return "\n".join(f"{k:40s} {v}" for k, v in stats.items())
+
+
+# -- random numbers ---------------------------------------------------------------------------
+
+def default_generators() -> tuple[torch.Generator, ...]:
+    return tuple(_C._default_generator(i) for i in range(device_count()))
+
+
+def _generator(device: _DeviceLike = None) -> torch.Generator:
+    return _C._default_generator(_index(device))
+
+
+def manual_seed(seed: int) -> None:
+    _generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for i in range(device_count()):
+        _C._default_generator(i).manual_seed(int(seed))
+
+
+def seed() -> None:
+    _generator().seed()
+
+
+def seed_all() -> None:
+    s = _generator(0).seed()
+    for i in range(1, device_count()):
+        _C._default_generator(i).manual_seed(s)
+
+
+def initial_seed() -> int:
+    return _generator().initial_seed()
+
+
+def get_rng_state(device: _DeviceLike = "tpu") -> torch.Tensor:
+    """16 bytes: seed then Philox offset (little-endian uint64)."""
+    return _generator(device).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = "tpu") -> None:
+    _generator(device).set_state(new_state.clone().to("cpu"))
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    for i, s in enumerate(new_states):
+        set_rng_state(s, i)

@@ -1,0 +1,9 @@
+"""ATen -> IR lowerings: the one table every mode uses (see registry.py for the contract)."""
+
+from . import registry
+from .registry import LOWERINGS, register
+
+# Op families register themselves on import.
+from . import elementwise, reductions, shape, indexing, linalg, nn, nn_conv, nn_pool, nn_norm, nn_loss, random, foreach  # noqa: E402,F401
+
+__all__ = ["LOWERINGS", "register", "registry"]

@@ -1,0 +1,35 @@
+"""Execution modes: debug (synchronous), strict (asynchronous, the default), fused (later).
+
+The mode is process-wide; switching synchronizes every device first so that no work
+straddles two modes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from . import _C
+
+MODES = ("debug", "strict", "fused")
+
+
+def get_mode() -> str:
+    """The current execution mode name."""
+    return _C._get_mode()
+
+
+def set_mode(name: str) -> None:
+    """Select 'debug' or 'strict' (TORCH_TPU_MODE sets the initial mode)."""
+    _C._set_mode(name)
+
+
+@contextlib.contextmanager
+def mode(name: str) -> Iterator[None]:
+    """Run a block in another execution mode: ``with torch_tpu.mode("debug"): ...``."""
+    previous = get_mode()
+    set_mode(name)
+    try:
+        yield
+    finally:
+        set_mode(previous)
