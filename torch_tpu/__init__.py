@@ -25,9 +25,5 @@ atexit.register(_C._synchronize)
 __version__ = "0.1.0"
 
 
-def _autoload() -> None:
-    """Entry point for torch's device-backend autoloading (importing this module did the work)."""
-
-
 __all__ = ["get_mode", "set_mode", "mode", "metrics", "reset_metrics", "set_fallback", "fallback_enabled",
            "sync", "env_vars"]

@@ -131,8 +131,9 @@ class Stream(torch.Stream):
     def __new__(cls, device: _DeviceLike = None, priority: int = 0, **kwargs: Any) -> "Stream":
         if "stream_id" in kwargs:
             return super().__new__(cls, **kwargs)
-        with torch.tpu.device(device):
-            base = torch.Stream(device="tpu")  # a pool stream of the current device
+        # A pool stream of the given (default: current) device. The index is explicit: a bare
+        # "tpu" would reach the guard as index -1.
+        base = torch.Stream(device=torch.device("tpu", _index(device)), priority=priority)
         return super().__new__(cls, stream_id=base.stream_id, device_index=base.device_index,
                                device_type=base.device_type)
 
@@ -148,18 +149,21 @@ class Stream(torch.Stream):
         return event
 
 
-class Event(torch.Event):
-    """A position in a stream's queue (record, wait, query, synchronize, elapsed_time)."""
+class _EventMeta(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "tpu"
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
-        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
 
-    def record(self, stream: torch.Stream | None = None) -> None:
-        super().record(stream if stream is not None else current_stream())
+class Event(metaclass=_EventMeta):
+    """A position in a stream's queue (record, wait, query, synchronize, elapsed_time).
 
-    def wait(self, stream: torch.Stream | None = None) -> None:
-        super().wait(stream if stream is not None else current_stream())
+    ``torch.tpu.Event(...)`` returns a plain ``torch.Event`` of the tpu device: PyTorch's
+    ``Event.elapsed_time`` rejects subclasses of ``torch.Event``. ``isinstance(e, torch.tpu.Event)``
+    holds for every tpu event. record()/wait() without a stream use the current stream.
+    """
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:
+        return torch.Event(device="tpu", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
 
 _PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, the device type torch.Stream stores
@@ -268,8 +272,9 @@ def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str
 
 # -- random numbers ---------------------------------------------------------------------------
 
-def default_generators() -> tuple[torch.Generator, ...]:
-    return tuple(_C._default_generator(i) for i in range(device_count()))
+# One default generator per device, as a tuple like torch.cuda.default_generators (the device
+# count is fixed for the process).
+default_generators: tuple[torch.Generator, ...] = tuple(_C._default_generator(i) for i in range(_C._device_count()))
 
 
 def _generator(device: _DeviceLike = None) -> torch.Generator:

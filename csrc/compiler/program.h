@@ -27,9 +27,10 @@ struct NewTensorSpec {
   std::vector<int64_t> shape;
 };
 
-// One ATen return: a new tensor, an argument's tensor (by binding), or a list of those.
+// One ATen return: a new tensor, an argument's tensor (by binding), a list of those, or an
+// undefined tensor (a backward op's result disabled by its output_mask).
 struct ReturnSpec {
-  enum class Kind : uint8_t { New, Binding, List } kind = Kind::New;
+  enum class Kind : uint8_t { New, Binding, List, Undefined } kind = Kind::New;
   int32_t index = 0;  // New: new_tensors index; Binding: binding index
   std::vector<ReturnSpec> items;  // List
 };
@@ -41,6 +42,9 @@ struct Program {
   std::vector<NewTensorSpec> new_tensors;
   std::vector<ReturnSpec> returns;
   uint64_t rng_counters = 0;  // Philox counters consumed per run (0: no randomness)
+  // Small enough that handing it to a stream worker costs more than running it: strict mode
+  // runs such a program on the calling thread when its stream is idle (same order, same result).
+  bool run_inline_when_idle = false;
   bool baked_scalars = false;
 };
 

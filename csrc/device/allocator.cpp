@@ -196,6 +196,39 @@ c10::DeviceIndex DeviceAllocator::device_of(const void* ptr) const {
   return -1;
 }
 
+void DeviceAllocator::emptyCache(c10::MempoolId_t /*mempool_id*/) {
+  synchronize_device(-1);
+  for (c10::DeviceIndex d = 0; d < count(); ++d) empty_cache(d);
+}
+
+c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(c10::DeviceIndex device) {
+  const MemoryStats s = stats(device);
+  c10::CachingDeviceAllocator::DeviceStats out;
+  constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  auto set = [](c10::CachingAllocator::Stat& st, uint64_t current, uint64_t peak) {
+    st.current = static_cast<int64_t>(current);
+    st.peak = static_cast<int64_t>(peak);
+  };
+  set(out.allocated_bytes[kAll], s.allocated, s.allocated_peak);
+  set(out.reserved_bytes[kAll], s.reserved, s.reserved_peak);
+  set(out.requested_bytes[kAll], s.requested, s.requested_peak);
+  set(out.active_bytes[kAll], s.allocated, s.allocated_peak);
+  set(out.active[kAll], s.active_blocks, s.active_blocks);
+  set(out.inactive_split[kAll], s.cached_blocks, s.cached_blocks);
+  out.allocation[kAll].allocated = static_cast<int64_t>(s.num_allocs);
+  out.allocation[kAll].freed = static_cast<int64_t>(s.num_frees);
+  out.allocation[kAll].current = static_cast<int64_t>(s.active_blocks);
+  out.num_alloc_retries = static_cast<int64_t>(s.num_alloc_retries);
+  out.num_ooms = static_cast<int64_t>(s.num_ooms);
+  return out;
+}
+
+std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {
+  const uint64_t total = capacity(device);
+  const uint64_t reserved = stats(device).reserved;
+  return {static_cast<size_t>(total > reserved ? total - reserved : 0), static_cast<size_t>(total)};
+}
+
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &DeviceAllocator::get());
 
 }  // namespace torch_tpu::device

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
@@ -29,7 +30,9 @@ struct MemoryStats {
   uint64_t active_blocks = 0, cached_blocks = 0;
 };
 
-class DeviceAllocator final : public c10::Allocator {
+// Derives from c10::DeviceAllocator so that torch.accelerator.memory_* (which looks the
+// allocator up with c10::getDeviceAllocator) reports the tpu figures.
+class DeviceAllocator final : public c10::DeviceAllocator {
  public:
   // The process-wide allocator registered for PrivateUse1. Never null.
   static DeviceAllocator& get();
@@ -48,6 +51,19 @@ class DeviceAllocator final : public c10::Allocator {
   void empty_cache(c10::DeviceIndex device);
   // The device owning ptr (a tpu allocation's base address), or -1.
   c10::DeviceIndex device_of(const void* ptr) const;
+
+  // c10::DeviceAllocator (torch.accelerator.*).
+  bool initialized() override { return true; }
+  // Waits for every device's queued work (which may hold the last references to tensors),
+  // then releases every device's cache.
+  void emptyCache(c10::MempoolId_t mempool_id = {0, 0}) override;
+  // Queued work holds references to its tensors: nothing to record.
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override { reset_accumulated(device); }
+  void resetPeakStats(c10::DeviceIndex device) override { reset_peak(device); }
+  // (free, total) bytes; free excludes memory held by the cache, like torch.tpu.mem_get_info.
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
 
  private:
   DeviceAllocator() = default;

@@ -29,12 +29,14 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     }
   }
 
-  c10::Stream getStream(c10::Device d) const override { return current_stream(d.index()); }
-  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(d.index()); }
+  // torch.Stream(device="tpu") and friends pass an index of -1: the current device.
+  static c10::DeviceIndex resolve(c10::Device d) { return d.has_index() ? d.index() : current(); }
+  c10::Stream getStream(c10::Device d) const override { return current_stream(resolve(d)); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(resolve(d)); }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
-    return pool_stream(d.index());
+    return pool_stream(resolve(d));
   }
-  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override { return pool_stream(d.index()); }
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override { return pool_stream(resolve(d)); }
   c10::Stream exchangeStream(c10::Stream s) const override { return exchange_stream(s); }
 
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {

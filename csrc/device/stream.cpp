@@ -21,6 +21,7 @@ class StreamQueue {
   uint64_t enqueue(std::unique_ptr<Work> work) {
     rethrow_pending();
     uint64_t ticket;
+    bool wake;
     {
       std::lock_guard<std::mutex> g(mu_);
       if (!worker_started_) {
@@ -29,41 +30,41 @@ class StreamQueue {
       }
       queue_.push_back(std::move(work));
       ticket = ++enqueued_;
+      wake = worker_sleeping_;
     }
-    cv_work_.notify_one();
+    if (wake) cv_work_.notify_one();  // a busy worker finds the item without a syscall
     return ticket;
   }
 
   void wait(uint64_t ticket) {
+    if (completed_.load() >= ticket) return;
     std::unique_lock<std::mutex> lk(mu_);
-    cv_done_.wait(lk, [&] { return completed_ >= ticket; });
+    waiters_++;
+    cv_done_.wait(lk, [&] { return completed_.load() >= ticket; });
+    waiters_--;
   }
 
   void synchronize() {
     uint64_t ticket;
     {
       std::lock_guard<std::mutex> g(mu_);
-      ticket = enqueued_;
+      ticket = enqueued_.load();
     }
     wait(ticket);
     rethrow_pending();
   }
 
-  bool done(uint64_t ticket) {
-    std::lock_guard<std::mutex> g(mu_);
-    return completed_ >= ticket;
-  }
+  bool done(uint64_t ticket) { return completed_.load() >= ticket; }
 
-  bool idle() {
-    std::lock_guard<std::mutex> g(mu_);
-    return completed_ == enqueued_;
-  }
+  bool idle() { return completed_.load() == enqueued_.load(); }
 
   void rethrow_pending() {
+    if (!has_error_.load(std::memory_order_relaxed)) return;
     std::exception_ptr e;
     {
       std::lock_guard<std::mutex> g(mu_);
       std::swap(e, error_);
+      has_error_ = false;
     }
     if (e) std::rethrow_exception(e);
   }
@@ -73,27 +74,37 @@ class StreamQueue {
 
  private:
   void loop() {
+    std::deque<std::unique_ptr<Work>> batch;
     for (;;) {
-      std::unique_ptr<Work> work;
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_work_.wait(lk, [&] { return !queue_.empty(); });
-        work = std::move(queue_.front());
-        queue_.pop_front();
+        if (queue_.empty()) {
+          worker_sleeping_ = true;
+          cv_work_.wait(lk, [&] { return !queue_.empty(); });
+          worker_sleeping_ = false;
+        }
+        batch.swap(queue_);  // take everything queued so far under one lock
       }
-      std::exception_ptr err;
-      try {
-        work->run();
-      } catch (...) {
-        err = std::current_exception();
+      for (auto& work : batch) {
+        std::exception_ptr err;
+        try {
+          work->run();
+        } catch (...) {
+          err = std::current_exception();
+        }
+        work.reset();  // drop tensor references before reporting completion
+        if (err) {
+          std::lock_guard<std::mutex> g(mu_);
+          if (!error_) error_ = err;
+          has_error_ = true;
+        }
+        completed_.fetch_add(1);
+        if (waiters_.load() > 0) {
+          std::lock_guard<std::mutex> g(mu_);
+          cv_done_.notify_all();
+        }
       }
-      work.reset();  // drop tensor references before reporting completion
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        if (err && !error_) error_ = err;
-        ++completed_;
-      }
-      cv_done_.notify_all();
+      batch.clear();
     }
   }
 
@@ -102,8 +113,12 @@ class StreamQueue {
   std::mutex mu_;
   std::condition_variable cv_work_, cv_done_;
   std::deque<std::unique_ptr<Work>> queue_;
-  uint64_t enqueued_ = 0, completed_ = 0;
+  std::atomic<uint64_t> enqueued_{0};
+  std::atomic<uint64_t> completed_{0};
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> has_error_{false};
   bool worker_started_ = false;
+  bool worker_sleeping_ = false;
   std::exception_ptr error_;
 };
 

@@ -41,7 +41,7 @@ uint64_t enqueue(const c10::Stream& stream, std::unique_ptr<Work> work);
 uint64_t enqueue_fn(const c10::Stream& stream, std::function<void()> fn);
 // Blocks until everything enqueued so far has run, then re-raises a pending error.
 void synchronize_stream(const c10::Stream& stream);
-// True if the stream has no unfinished work.
+// True if the stream has no unfinished work (lock-free; used on the per-op path).
 bool query_stream(const c10::Stream& stream);
 // Synchronizes every stream of a device (all devices if index < 0).
 void synchronize_device(c10::DeviceIndex index);

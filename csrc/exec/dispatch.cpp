@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <unordered_map>
 
@@ -96,6 +97,12 @@ void check_same_device(CallState& st, const at::Tensor& t, const OpInfo& info, s
   }
 }
 
+// 1 if a scalar binding is exactly 1, 2 if exactly 0, else 0 (see add_scalar_binding).
+int64_t scalar_special(const runtime::Binding& b) {
+  if (c10::isFloatingType(b.dtype)) return b.d == 1.0 ? 1 : (b.d == 0.0 && !std::signbit(b.d)) ? 2 : 0;
+  return b.i == 1 ? 1 : b.i == 0 ? 2 : 0;
+}
+
 void add_scalar_binding(CallState& st, const c10::Scalar& s, c10::ScalarType dtype, bool wrapped, bool bake) {
   runtime::Binding b;
   b.kind = runtime::Binding::Kind::Scalar;
@@ -110,6 +117,9 @@ void add_scalar_binding(CallState& st, const c10::Scalar& s, c10::ScalarType dty
   mix(st, kTagScalar);
   mix(st, static_cast<int64_t>(dtype));
   mix(st, wrapped);
+  // Identity values (alpha=1, beta=0, +1) are specialized: the lowering sees a constant and
+  // can drop the multiply. Other values stay runtime inputs, so a changing lr never recompiles.
+  mix(st, scalar_special(b));
   if (bake) {
     int64_t bits;
     if (c10::isFloatingType(dtype)) {
@@ -305,6 +315,7 @@ void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& n
   switch (r.kind) {
     case compiler::ReturnSpec::Kind::New: torch::jit::push(*stack, news[static_cast<size_t>(r.index)]); break;
     case compiler::ReturnSpec::Kind::Binding: torch::jit::push(*stack, st.tensors[static_cast<size_t>(r.index)]); break;
+    case compiler::ReturnSpec::Kind::Undefined: torch::jit::push(*stack, at::Tensor()); break;
     case compiler::ReturnSpec::Kind::List: {
       std::vector<at::Tensor> items;
       for (const auto& item : r.items) {
@@ -365,6 +376,8 @@ void execute(const std::shared_ptr<compiler::Program>& prog, CallState& st, size
   if (mode() == Mode::Debug) {
     device::synchronize_stream(stream);
     work->run();
+  } else if (prog->run_inline_when_idle && device::query_stream(stream)) {
+    work->run();  // nothing queued ahead of it: same order as the queue, without the handoff
   } else {
     device::enqueue(stream, std::move(work));
   }
@@ -402,6 +415,17 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     DepthGuard() { ++depth; }
     ~DepthGuard() { --depth; }
   } depth_guard;
+  // The thread's CallState outlives the call: drop its tensor references when the call ends
+  // (normally or by an exception), or the last op's inputs would stay alive (and their device
+  // memory allocated) until the thread's next op.
+  struct ReleaseGuard {
+    CallState& st;
+    ~ReleaseGuard() {
+      st.tensors.clear();
+      st.bindings.clear();
+      st.generator.reset();
+    }
+  } release_guard{st};
   gather(st, info, args);
   metrics().ops_dispatched++;
   auto& cache = compiler::eager_cache();

@@ -10,8 +10,16 @@
 namespace torch_tpu::ir {
 
 enum class DType : int8_t {
-  kU8 = 0, kI8 = 1, kI16 = 2, kI32 = 3, kI64 = 4,
-  kF16 = 5, kF32 = 6, kF64 = 7, kBool = 11, kBF16 = 15,
+  kU8 = 0,
+  kI8 = 1,
+  kI16 = 2,
+  kI32 = 3,
+  kI64 = 4,
+  kF16 = 5,
+  kF32 = 6,
+  kF64 = 7,
+  kBool = 11,
+  kBF16 = 15,
 };
 
 // True for the ten codes above (the wire format carries raw integers).

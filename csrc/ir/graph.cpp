@@ -38,9 +38,8 @@ int64_t Node::numel() const {
 
 uint64_t hash_node(const Node& node) {
   auto as_u64 = [](auto v) { return static_cast<uint64_t>(v); };
-  uint64_t h = mix(static_cast<uint64_t>(node.kind) | (static_cast<uint64_t>(
-                                                          static_cast<uint8_t>(node.dtype))
-                                                      << 8));
+  uint64_t h = mix(static_cast<uint64_t>(node.kind) |
+                   (static_cast<uint64_t>(static_cast<uint8_t>(node.dtype)) << 8));
   h = combine_list(h, node.shape, as_u64);
   h = combine_list(h, node.operands, as_u64);
   h = combine_list(h, node.iattrs, as_u64);

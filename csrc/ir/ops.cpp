@@ -6,6 +6,7 @@ namespace torch_tpu::ir {
 namespace {
 
 // Same order as OpKind and builder.py's OPS.
+// clang-format off
 constexpr const char* kOpNames[] = {
     "parameter", "constant", "iota", "rng_uniform", "rng_normal",
     "neg", "abs", "sign", "floor", "ceil", "round_even", "trunc",
@@ -21,6 +22,7 @@ constexpr const char* kOpNames[] = {
     "dot_general", "convolution",
     "sort",
 };
+// clang-format on
 static_assert(std::size(kOpNames) == static_cast<size_t>(OpKind::kNumOps),
               "op name table out of sync with OpKind");
 

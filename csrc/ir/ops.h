@@ -10,6 +10,8 @@
 
 namespace torch_tpu::ir {
 
+// Grouped like builder.py's OPS.
+// clang-format off
 enum class OpKind : uint8_t {
   // leaves
   kParameter, kConstant, kIota, kRngUniform, kRngNormal,
@@ -34,6 +36,7 @@ enum class OpKind : uint8_t {
   kSort,
   kNumOps  // not an op: the count
 };
+// clang-format on
 
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kNumOps);
 
@@ -41,8 +44,12 @@ inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kNumOps);
 const char* op_name(OpKind kind);
 
 // Op classes (the ranges follow the enum's grouping).
-constexpr bool is_unary_elementwise(OpKind k) { return k >= OpKind::kNeg && k <= OpKind::kIsFinite; }
-constexpr bool is_binary_elementwise(OpKind k) { return k >= OpKind::kAdd && k <= OpKind::kShrLogical; }
+constexpr bool is_unary_elementwise(OpKind k) {
+  return k >= OpKind::kNeg && k <= OpKind::kIsFinite;
+}
+constexpr bool is_binary_elementwise(OpKind k) {
+  return k >= OpKind::kAdd && k <= OpKind::kShrLogical;
+}
 
 // Attribute enums (the integer encodings in iattrs).
 enum class CompareDir : int64_t { kEq, kNe, kLt, kLe, kGt, kGe };

@@ -34,7 +34,8 @@ const char* pick(const char* const* names, size_t count, int64_t i) {
 // Attribute text ("{...}" or empty) for node n; falls back to raw lists when malformed.
 std::string attributes(const Graph& g, const Node& n) {
   static const char* const kDirs[] = {"eq", "ne", "lt", "le", "gt", "ge"};
-  static const char* const kReduce[] = {"sum", "prod", "max", "min", "and", "or", "argmax", "argmin"};
+  static const char* const kReduce[] = {"sum", "prod", "max",    "min",
+                                        "and", "or",   "argmax", "argmin"};
   static const char* const kWindow[] = {"sum", "max", "min"};
   static const char* const kModes[] = {"replace", "add", "mul", "max", "min"};
   const auto& a = n.iattrs;
@@ -73,7 +74,8 @@ std::string attributes(const Graph& g, const Node& n) {
       break;
     case OpKind::kSlice:
       if (a.size() == 3 * r) {
-        s = "start = " + list(a, 0, r) + ", limit = " + list(a, r, r) + ", stride = " + list(a, 2 * r, r);
+        s = "start = " + list(a, 0, r) + ", limit = " + list(a, r, r) +
+            ", stride = " + list(a, 2 * r, r);
       }
       break;
     case OpKind::kDynamicSlice:
@@ -81,7 +83,8 @@ std::string attributes(const Graph& g, const Node& n) {
       break;
     case OpKind::kPad:
       if (a.size() == 3 * r) {
-        s = "lo = " + list(a, 0, r) + ", hi = " + list(a, r, r) + ", interior = " + list(a, 2 * r, r);
+        s = "lo = " + list(a, 0, r) + ", hi = " + list(a, r, r) +
+            ", interior = " + list(a, 2 * r, r);
       }
       break;
     case OpKind::kGather:
@@ -91,7 +94,8 @@ std::string attributes(const Graph& g, const Node& n) {
       if (a.size() == 2) s = "axis = " + std::to_string(a[0]) + ", mode = " + pick(kModes, 5, a[1]);
       break;
     case OpKind::kReduce:
-      if (!a.empty()) s = std::string("kind = ") + pick(kReduce, 8, a[0]) + ", dims = " + list(a, 1);
+      if (!a.empty())
+        s = std::string("kind = ") + pick(kReduce, 8, a[0]) + ", dims = " + list(a, 1);
       break;
     case OpKind::kReduceWindow:
       if (a.size() == 1 + 5 * r) {
@@ -112,8 +116,8 @@ std::string attributes(const Graph& g, const Node& n) {
         size_t nc = a[at] >= 0 ? a[at] : SIZE_MAX;
         if (a.size() == at + 1 + 2 * nc) {
           s = "lhs_batch = " + list(a, 1, nb) + ", rhs_batch = " + list(a, 1 + nb, nb) +
-              ", lhs_contract = " + list(a, at + 1, nc) + ", rhs_contract = " +
-              list(a, at + 1 + nc, nc);
+              ", lhs_contract = " + list(a, at + 1, nc) +
+              ", rhs_contract = " + list(a, at + 1 + nc, nc);
         }
       }
       break;

@@ -16,7 +16,9 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
-std::string type_str(const Node& n) { return std::string(dtype_name(n.dtype)) + shape_str(n.shape); }
+std::string type_str(const Node& n) {
+  return std::string(dtype_name(n.dtype)) + shape_str(n.shape);
+}
 
 int64_t numel(const Shape& s) {
   return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
@@ -51,7 +53,8 @@ class NodeVerifier {
  private:
   [[noreturn]] void fail(const char* c, const std::string& msg) const {
     const char* op = op_name(n_.kind);
-    throw VerifyError(id_, "%" + std::to_string(id_) + " = " + op + ": " + op + "." + c + " " + msg);
+    throw VerifyError(id_,
+                      "%" + std::to_string(id_) + " = " + op + ": " + op + "." + c + " " + msg);
   }
   void check(bool cond, const char* c, const std::string& msg) const {
     if (!cond) fail(c, msg);
@@ -91,8 +94,8 @@ class NodeVerifier {
     if (k == OpKind::kNeg || k == OpKind::kAbs || k == OpKind::kSign) {
       check(x.dtype != DType::kBool, "C1", "needs a numeric operand, got bool");
     } else if (k == OpKind::kNot) {
-      check(!is_float(x.dtype), "C1", std::string("needs a bool or integer operand, got ") +
-                                          dtype_name(x.dtype));
+      check(!is_float(x.dtype), "C1",
+            std::string("needs a bool or integer operand, got ") + dtype_name(x.dtype));
     } else {  // float-only ops, is_finite included
       check(is_float(x.dtype), "C1",
             std::string("needs a float operand, got ") + dtype_name(x.dtype));
@@ -143,7 +146,10 @@ class NodeVerifier {
       case OpKind::kConstant:
         // C1: 0-d; float types carry one float attribute, others one integer attribute.
         arity(0);
-        if (is_float(n_.dtype)) nattrs(0, 1); else nattrs(1, 0);
+        if (is_float(n_.dtype))
+          nattrs(0, 1);
+        else
+          nattrs(1, 0);
         check(n_.shape.empty(), "C1", "constant must be 0-d, got " + shape_str(n_.shape));
         return;
       case OpKind::kIota:
@@ -223,8 +229,7 @@ class NodeVerifier {
         arity(1);
         const Node& x = in(0);
         check(is_perm(n_.iattrs, x.shape.size()), "C1",
-              shape_str(n_.iattrs) + " is not a permutation of rank " +
-                  std::to_string(x.rank()));
+              shape_str(n_.iattrs) + " is not a permutation of rank " + std::to_string(x.rank()));
         dt = x.dtype;
         shape.clear();
         for (int64_t p : n_.iattrs) shape.push_back(x.shape[p]);
@@ -240,8 +245,8 @@ class NodeVerifier {
           int64_t s = attr(d), l = attr(r + d), st = attr(2 * r + d);
           check(0 <= s && s <= l && l <= x.shape[d] && st > 0, "C1",
                 "dim " + std::to_string(d) + ": start " + std::to_string(s) + ", limit " +
-                    std::to_string(l) + ", stride " + std::to_string(st) +
-                    " invalid for size " + std::to_string(x.shape[d]));
+                    std::to_string(l) + ", stride " + std::to_string(st) + " invalid for size " +
+                    std::to_string(x.shape[d]));
           shape.push_back((l - s + st - 1) / st);
         }
         dt = x.dtype;
@@ -309,9 +314,9 @@ class NodeVerifier {
         const Node &x = in(0), &v = in(1);
         size_t r = x.shape.size();
         nattrs(3 * r);
-        check(v.shape.empty() && v.dtype == x.dtype, "C1",
-              std::string("padding value must be ") + dtype_name(x.dtype) + "[], got " +
-                  type_str(v));
+        check(
+            v.shape.empty() && v.dtype == x.dtype, "C1",
+            std::string("padding value must be ") + dtype_name(x.dtype) + "[], got " + type_str(v));
         shape.clear();
         for (size_t d = 0; d < r; ++d) {
           int64_t lo = attr(d), hi = attr(r + d), interior = attr(2 * r + d), n = x.shape[d];
@@ -399,7 +404,8 @@ class NodeVerifier {
         }
         bool arg = rk == ReduceKind::kArgmax || rk == ReduceKind::kArgmin;
         if (arg) {
-          check(dims.size() == 1 && x.shape[dims[0]] > 0, "C3", "argmax/argmin need one non-empty dim");
+          check(dims.size() == 1 && x.shape[dims[0]] > 0, "C3",
+                "argmax/argmin need one non-empty dim");
         }
         shape.clear();
         for (int64_t d = 0; d < x.rank(); ++d) {
@@ -499,8 +505,10 @@ class NodeVerifier {
     }
     shape.clear();
     for (int64_t d : lb) shape.push_back(l.shape[d]);
-    for (int64_t d = 0; d < l.rank(); ++d) if (!lu[d]) shape.push_back(l.shape[d]);
-    for (int64_t d = 0; d < r.rank(); ++d) if (!ru[d]) shape.push_back(r.shape[d]);
+    for (int64_t d = 0; d < l.rank(); ++d)
+      if (!lu[d]) shape.push_back(l.shape[d]);
+    for (int64_t d = 0; d < r.rank(); ++d)
+      if (!ru[d]) shape.push_back(r.shape[d]);
     dt = l.dtype;
   }
 

@@ -1,6 +1,7 @@
 // Python bindings for execution: modes, metrics, the program cache, the environment registry,
 // and the lowering bridge (the compile hook that calls torch_tpu.lowering on a cache miss).
 #include <torch/csrc/jit/python/pybind_utils.h>
+#include <cmath>
 #include <torch/csrc/utils/pybind.h>
 
 #include "common/config.h"
@@ -30,8 +31,10 @@ py::object tensor_desc(const at::Tensor& t, int32_t& binding) {
   py::object value = s.isFloatingPoint() ? py::object(py::float_(s.toDouble()))
                      : s.isBoolean()     ? py::object(py::bool_(s.toBool()))
                                          : py::object(py::int_(s.toLong()));
+  bool special = (s.isFloatingPoint() && (s.toDouble() == 1.0 || (s.toDouble() == 0.0 && !std::signbit(s.toDouble())))) ||
+                 (!s.isFloatingPoint() && (s.toLong() == 1 || s.toLong() == 0));
   return py::make_tuple("S", binding++, static_cast<int>(t.scalar_type()),
-                        t.unsafeGetTensorImpl()->is_wrapped_number(), value);
+                        t.unsafeGetTensorImpl()->is_wrapped_number(), value, special);
 }
 
 py::list describe(const exec::OpInfo& info, c10::ArrayRef<c10::IValue> args, const exec::CallState& call) {
@@ -61,11 +64,14 @@ py::list describe(const exec::OpInfo& info, c10::ArrayRef<c10::IValue> args, con
         } else {
           c10::Scalar s = v.toScalar();
           if (s.isFloatingPoint()) {
-            descs.append(py::make_tuple("S", binding, static_cast<int>(c10::kDouble), true, s.toDouble()));
+            double d = s.toDouble();
+            bool special = d == 1.0 || (d == 0.0 && !std::signbit(d));
+            descs.append(py::make_tuple("S", binding, static_cast<int>(c10::kDouble), true, d, special));
           } else if (s.isBoolean()) {
-            descs.append(py::make_tuple("S", binding, static_cast<int>(c10::kBool), true, s.toBool()));
+            descs.append(py::make_tuple("S", binding, static_cast<int>(c10::kBool), true, s.toBool(), true));
           } else {
-            descs.append(py::make_tuple("S", binding, static_cast<int>(c10::kLong), true, s.toLong()));
+            int64_t i = s.toLong();
+            descs.append(py::make_tuple("S", binding, static_cast<int>(c10::kLong), true, i, i == 0 || i == 1));
           }
         }
         break;
@@ -78,7 +84,9 @@ py::list describe(const exec::OpInfo& info, c10::ArrayRef<c10::IValue> args, con
 
 compiler::ReturnSpec parse_return(const py::handle& h) {
   compiler::ReturnSpec r;
-  if (py::isinstance<py::int_>(h)) {
+  if (h.is_none()) {
+    r.kind = compiler::ReturnSpec::Kind::Undefined;
+  } else if (py::isinstance<py::int_>(h)) {
     r.kind = compiler::ReturnSpec::Kind::New;
     r.index = h.cast<int32_t>();
   } else if (py::isinstance<py::tuple>(h)) {

@@ -30,8 +30,8 @@ runtime::Binding binding_from_python(const py::handle& obj, size_t index) {
   runtime::Binding b;
   if (THPVariable_Check(obj.ptr())) {
     const at::Tensor& t = THPVariable_Unpack(obj.ptr());
-    TPU_CHECK_VALUE(t.device().is_cpu(), "_ir_run_host: input ", index, " must be a CPU tensor, got ",
-                    t.device());
+    TPU_CHECK_VALUE(t.device().is_cpu(), "_ir_run_host: input ", index,
+                    " must be a CPU tensor, got ", t.device());
     b.kind = runtime::Binding::Kind::Tensor;
     b.dtype = t.scalar_type();
     b.data = t.numel() ? const_cast<void*>(t.const_data_ptr()) : nullptr;
@@ -106,13 +106,16 @@ void init_ir_bindings(py::module_& m) {
         }
       },
       py::arg("nodes"));
-  m.def("_ir_print", [](const py::list& nodes) { return ir::to_string(graph_from_python(nodes)); },
-        py::arg("nodes"));
-  m.def("_ir_hash", [](const py::list& nodes) { return graph_from_python(nodes).hash(); },
-        py::arg("nodes"));
+  m.def(
+      "_ir_print", [](const py::list& nodes) { return ir::to_string(graph_from_python(nodes)); },
+      py::arg("nodes"));
+  m.def(
+      "_ir_hash", [](const py::list& nodes) { return graph_from_python(nodes).hash(); },
+      py::arg("nodes"));
   m.def("_ir_op_names", [] {
     std::vector<std::string> names;
-    for (int i = 0; i < ir::kNumOpKinds; ++i) names.emplace_back(ir::op_name(static_cast<ir::OpKind>(i)));
+    for (int i = 0; i < ir::kNumOpKinds; ++i)
+      names.emplace_back(ir::op_name(static_cast<ir::OpKind>(i)));
     return names;
   });
   m.def(
@@ -127,13 +130,15 @@ void init_ir_bindings(py::module_& m) {
         }
         std::vector<runtime::Binding> bindings;
         bindings.reserve(inputs.size());
-        for (size_t i = 0; i < inputs.size(); ++i) bindings.push_back(binding_from_python(inputs[i], i));
+        for (size_t i = 0; i < inputs.size(); ++i)
+          bindings.push_back(binding_from_python(inputs[i], i));
         std::vector<at::Tensor> results;
         std::vector<runtime::OutputTarget> targets;
         for (int32_t o : outputs) {
           TPU_CHECK_VALUE(o >= 0 && o < g.size(), "_ir_run_host: output ", o, " not in the graph");
           const ir::Node& n = g.node(o);
-          at::Tensor t = at::empty(n.shape, at::TensorOptions().dtype(static_cast<at::ScalarType>(n.dtype)));
+          at::Tensor t =
+              at::empty(n.shape, at::TensorOptions().dtype(static_cast<at::ScalarType>(n.dtype)));
           runtime::OutputTarget target;
           target.node = o;
           target.dest.dtype = t.scalar_type();

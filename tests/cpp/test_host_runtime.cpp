@@ -18,7 +18,8 @@ struct Program {
   ir::Graph g;
   int32_t add(OpKind k, DType t, std::vector<int64_t> shape, std::vector<int32_t> operands = {},
               std::vector<int64_t> iattrs = {}, std::vector<double> fattrs = {}) {
-    return g.add(Node{k, t, std::move(shape), std::move(operands), std::move(iattrs), std::move(fattrs)});
+    return g.add(
+        Node{k, t, std::move(shape), std::move(operands), std::move(iattrs), std::move(fattrs)});
   }
   int32_t param(int64_t binding, DType t, std::vector<int64_t> shape) {
     return add(OpKind::kParameter, t, std::move(shape), {}, {binding});
@@ -192,9 +193,9 @@ TEST(HostRuntime, RngMatchesReferenceAndIsDeterministic) {
   auto r = run(p, {u, nrm}, {}, {42, 7});
   expect_equal(r[0], at::tensor({0.3583604693412781f, 0.5480090379714966f, 0.2663445472717285f,
                                  0.5246256589889526f}));
-  EXPECT_TRUE(at::allclose(r[1], at::tensor({-1.3787772257554678, 0.6473087293754172,
-                                             -1.7180850977669817}, at::kDouble),
-                           0, 1e-15));
+  EXPECT_TRUE(at::allclose(
+      r[1], at::tensor({-1.3787772257554678, 0.6473087293754172, -1.7180850977669817}, at::kDouble),
+      0, 1e-15));
   auto again = run(p, {u, nrm}, {}, {42, 7});
   expect_equal(again[0], r[0]);
   expect_equal(again[1], r[1]);

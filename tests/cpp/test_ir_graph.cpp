@@ -89,8 +89,14 @@ TEST(IrGraph, HashDiffersOnAnyField) {
   EXPECT_NE(variant([](Node& n) { n.iattrs = {2, 1}; }), base);
   EXPECT_NE(variant([](Node& n) { n.fattrs = {0.0}; }), base);
   // Same flattened contents, different split between lists: still different.
-  EXPECT_NE(variant([](Node& n) { n.shape = {2, 2}; n.operands = {}; }),
-            variant([](Node& n) { n.shape = {2}; n.operands = {2}; }));
+  EXPECT_NE(variant([](Node& n) {
+              n.shape = {2, 2};
+              n.operands = {};
+            }),
+            variant([](Node& n) {
+              n.shape = {2};
+              n.operands = {2};
+            }));
   // Float attributes hash by bit pattern (0.0 vs -0.0 are different constants).
   Graph a, b;
   a.add(make(OpKind::kConstant, DType::kF32, {}, {}, {}, {0.0}));
@@ -112,7 +118,8 @@ TEST(IrVerifier, AcceptsWellTypedGraphs) {
   int32_t c = g.add(make(OpKind::kConstant, DType::kF32, {}, {}, {}, {1.5}));
   g.add(make(OpKind::kPad, DType::kF32, {2, 4, 9}, {x, c}, {0, 1, -1, 0, 0, 0, 0, 0, 2}));
   g.add(make(OpKind::kReduce, DType::kI64, {2, 4}, {x}, {6, 1}));
-  g.add(make(OpKind::kReduceWindow, DType::kF32, {1, 1, 3}, {x}, {1, 2, 3, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1}));
+  g.add(make(OpKind::kReduceWindow, DType::kF32, {1, 1, 3}, {x},
+             {1, 2, 3, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1}));
   EXPECT_NO_THROW(verify(g)) << verify_error(g);
 }
 
@@ -162,7 +169,8 @@ TEST(IrVerifier, RejectsWithConstraintCited) {
       {make(OpKind::kConstant, DType::kF32, {}, {}, {1}), "constant.G3"},
       {make(OpKind::kParameter, DType::kF32, {}, {}, {-1}), "parameter.C1 RNG state"},
       {make(OpKind::kRngUniform, DType::kI32, {}, {0, 1}), "rng_uniform.C1"},
-      {make(OpKind::kSort, DType::kI32, {2, 3}, {2}, {0, 0, 1}), "sort.G5 recorded dtype i32 != inferred i64"},
+      {make(OpKind::kSort, DType::kI32, {2, 3}, {2}, {0, 0, 1}),
+       "sort.G5 recorded dtype i32 != inferred i64"},
   };
   for (const Case& c : cases) {
     Graph g;
@@ -173,7 +181,8 @@ TEST(IrVerifier, RejectsWithConstraintCited) {
     g.add(c.bad);
     std::string msg = verify_error(g);
     EXPECT_EQ(msg.rfind("%4 = " + std::string(op_name(c.bad.kind)) + ": ", 0), 0u) << msg;
-    EXPECT_NE(msg.find(c.expected), std::string::npos) << "got: " << msg << "\nwant: " << c.expected;
+    EXPECT_NE(msg.find(c.expected), std::string::npos)
+        << "got: " << msg << "\nwant: " << c.expected;
   }
 }
 

@@ -9,6 +9,10 @@ import os
 import sys
 import types
 
+# An installed torch_tpu registers a torch.backends entry point that torch imports on startup;
+# while the device extension cannot load, that would break `import torch` itself.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
 try:
     import torch_tpu  # noqa: F401
 except Exception:

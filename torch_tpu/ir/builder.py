@@ -92,7 +92,7 @@ def _check(cond: bool, op: str, msg: str) -> None:
 class Value:
     """One SSA value of a graph: its node id, dtype and static shape (and data in reference mode)."""
 
-    __slots__ = ("id", "dtype", "shape", "data", "wrapped", "const")
+    __slots__ = ("id", "dtype", "shape", "data", "wrapped", "const", "splat")
 
     def __init__(self, id: int, dtype: torch.dtype, shape: tuple[int, ...], data: torch.Tensor | None = None):
         self.id = id
@@ -101,6 +101,7 @@ class Value:
         self.data = data
         self.wrapped = False  # True for a Python number passed where PyTorch takes a Tensor
         self.const: float | int | bool | None = None  # the value of a constant node, else None
+        self.splat: float | int | bool | None = None  # every element equals this constant (folding)
 
     @property
     def rank(self) -> int:
@@ -293,6 +294,11 @@ class GraphBuilder:
             _check(x.dtype in INT_DTYPES, op, f"needs integer operands, got {x.dtype}")
         else:
             raise IRError(f"ir.binary: unknown op {op}")
+        # Exact identities only (x*1, x/1): x+0 is not exact for -0.0, so it is not folded.
+        if op in ("mul", "div") and _is_one(y) and x.dtype.is_floating_point:
+            return x
+        if op == "mul" and _is_one(x) and y.dtype.is_floating_point:
+            return y
         return self._emit(op, (x, y), x.dtype, x.shape, (), (), self._ref(lambda: _binary_ref(op, x.data, y.data)))
 
     def compare(self, direction: str, x: Value, y: Value) -> Value:
@@ -314,6 +320,10 @@ class GraphBuilder:
         if x.dtype == dtype:
             return x
         _check(dtype in DTYPES, "convert", f"unsupported dtype {dtype}")
+        if x.const is not None and x.rank == 0:  # fold: a converted constant is a constant
+            value = torch.tensor(x.const).to(x.dtype).to(dtype).item()
+            if not (isinstance(value, float) and math.isnan(value)):
+                return self.constant(value, dtype)
         return self._emit("convert", (x,), dtype, x.shape, (), (), self._ref(lambda: x.data.to(dtype)))
 
     # -- data movement ---------------------------------------------------------------------
@@ -333,7 +343,9 @@ class GraphBuilder:
             for k, d in enumerate(dims):
                 view[d] = x.shape[k]
             return x.data.reshape(view).expand(shape)
-        return self._emit("broadcast_in_dim", (x,), x.dtype, shape, dims, (), self._ref(ref))
+        v = self._emit("broadcast_in_dim", (x,), x.dtype, shape, dims, (), self._ref(ref))
+        v.splat = x.const if x.const is not None else x.splat
+        return v
 
     def reshape(self, x: Value, shape: Sequence[int]) -> Value:
         shape = tuple(shape)
@@ -675,6 +687,11 @@ class GraphBuilder:
         if name in BINARY_NUMERIC + BINARY_FLOAT + BINARY_LOGICAL + BINARY_SHIFT:
             return lambda x, y: self.binary(name, x, y)
         raise AttributeError(name)
+
+
+def _is_one(v: Value) -> bool:
+    c = v.const if v.const is not None else v.splat
+    return c is not None and not isinstance(c, bool) and c == 1
 
 
 def _reduce_logical(t: torch.Tensor, kind: str, dims: tuple[int, ...]) -> torch.Tensor:

@@ -2,7 +2,10 @@
 
 The C++ boxed kernel describes each schema argument of the ATen call:
   ("T", binding, scalar_type_code, shape)         a tpu tensor (program input `binding`)
-  ("S", binding, scalar_type_code, wrapped, value) a runtime scalar (Scalar/float arg, 0-d CPU tensor)
+  ("S", binding, scalar_type_code, wrapped, value, special)
+                                                  a runtime scalar (Scalar/float arg, 0-d CPU tensor);
+                                                  special: the key specialized its value (0 or 1),
+                                                  so it is lowered as a constant
   [desc | None, ...]                               a tensor list
   anything else                                    the Python value (baked into the key)
 and gets back ``(nodes, outputs, returns, rng_counters, baked)``:
@@ -10,7 +13,7 @@ and gets back ``(nodes, outputs, returns, rng_counters, baked)``:
   outputs  [(node_id, target)]: target >= 0 writes the tensor of that binding (converting the
            dtype, resizing an out= tensor whose size differs), -1 allocates the next new tensor
   returns  one entry per schema return: int k (new tensor k), ("b", binding) (an argument
-           returned as is), or a list of those (Tensor[] returns)
+           returned as is), None (an undefined tensor), or a list of those (Tensor[] returns)
   baked    True when scalars had to be baked in (the caller then keys on their values)
 """
 
@@ -43,14 +46,14 @@ def _materialize(b: GraphBuilder, desc, arg, bake: bool, bindings: dict[int, int
         bindings[v.id] = binding
         return v
     if isinstance(desc, tuple) and desc and desc[0] == "S":
-        _, binding, code, wrapped, value = desc
+        _, binding, code, wrapped, value, special = desc
         dtype = DTYPE_FROM_CODE[code]
-        v = b.constant(value, dtype) if bake else b.parameter(binding, dtype, ())
+        v = b.constant(value, dtype) if bake or special else b.parameter(binding, dtype, ())
         v.wrapped = bool(wrapped)
         return v
     if isinstance(desc, list) and any(isinstance(d, tuple) for d in desc):
         return [None if d is None else _materialize(b, d, arg, bake, bindings) for d in desc]
-    t = str(arg.type)
+    t = str(arg.real_type)  # .type shows ScalarType as int
     if isinstance(desc, int) and "ScalarType" in t:
         return _SCALAR_TYPES[desc]
     return desc
@@ -95,6 +98,8 @@ def _lower(op: torch._ops.OpOverload, descs: list, bake: bool) -> tuple:
             codes.append([("b", binding_of(x)) for x in a] if isinstance(a, list) else ("b", binding_of(a)))
         elif isinstance(r, list):
             codes.append([new_tensor(v) for v in r])
+        elif r is None:  # e.g. a backward result disabled by output_mask: an undefined tensor
+            codes.append(None)
         else:
             codes.append(new_tensor(r))
     for i, nv in mutations:

@@ -124,7 +124,7 @@ def _unary_float(b: GraphBuilder, x: Value, fn: Callable[[Value], Value]) -> Val
 def _check_alpha(comp: torch.dtype, alpha: Value, name: str = "alpha") -> None:
     _reject(alpha.dtype.is_floating_point and not comp.is_floating_point,
             f"For integral input tensors, argument {name} must not be a floating point number.")
-    _reject(alpha.dtype != torch.bool and comp == torch.bool,
+    _reject(alpha.dtype == torch.bool and comp != torch.bool,
             f"Boolean {name} only supported for Boolean results.")
 
 
@@ -135,12 +135,13 @@ def add_values(b: GraphBuilder, x: Value, y: Value, alpha: Value | None = None, 
             "Subtraction, the `-` operator, with a bool tensor is not supported. "
             "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
     xs, ys = _promote(b, x, y, comp=comp, res=res)
+    if alpha is not None:
+        _check_alpha(comp, alpha)
     if comp == torch.bool:
         if alpha is not None:
             ys = b.binary("and", ys, _s(b, alpha, ys))
         return b.binary("or", xs, ys)
     if alpha is not None:
-        _check_alpha(comp, alpha)
         # CPU casts alpha to the tensor's own type first (visible for half types: 0.3 -> 0.2998).
         ys = b.mul(ys, _s(b, b.convert(alpha, res), ys))
     return b.convert(b.sub(xs, ys) if sub else b.add(xs, ys), res)
@@ -263,10 +264,11 @@ def fmod(b: GraphBuilder, x: Value, y: Value) -> Value:
 
 @register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def pow_(b: GraphBuilder, x: Value, y: Value) -> Value:
-    comp, res = result_dtypes(x, y)
-    if comp == torch.bool:  # bool ** bool: 1 unless base is False and exponent True
+    if result_type(x, y) == torch.bool and y.wrapped:
+        # CPU special-cases exponents 0 and 1 (the only ones bool supports): x ** e = x | !e.
         xs, ys = promote(b, x, y, dtype=torch.bool)
         return b.binary("or", xs, b.unary("not", ys))
+    _reject(result_type(x, y) == torch.bool, "\"pow\" not implemented for 'Bool'")
     return _map(b, b.pow, x, y)
 
 
@@ -496,6 +498,9 @@ def xlog1py(b: GraphBuilder, x: Value, y: Value) -> Value:
 
 
 def _logaddexp(b: GraphBuilder, x: Value, y: Value, base2: bool) -> Value:
+    common = result_type(x, y)
+    _reject(not common.is_floating_point,
+            f"\"logaddexp{'2' if base2 else ''}_cpu\" not implemented for '{_tname(common)}'")
     def f(u: Value, v: Value) -> Value:
         m = b.max(u, v)
         negd = b.neg(b.abs(b.sub(u, v)))
@@ -548,8 +553,19 @@ def clamp_values(b: GraphBuilder, x: Value, lo: Value | None, hi: Value | None) 
     return out
 
 
-@register(aten.clamp.default, aten.clamp.Tensor)
+@register(aten.clamp.default)
 def clamp(b: GraphBuilder, x: Value, lo: Value | None, hi: Value | None) -> Value:
+    # CPU's scalar-bound clamp rejects bool; the tensor-bound kernels accept it.
+    _reject(result_type(x, lo, hi) == torch.bool, "\"clamp_cpu\" not implemented for 'Bool'")
+    return clamp_values(b, x, lo, hi)
+
+
+@register(aten.clamp.Tensor)
+def clamp_tensor(b: GraphBuilder, x: Value, lo: Value | None, hi: Value | None) -> Value:
+    # With one bound CPU runs the clamp_min/clamp_max kernel, which accepts bool; with both it
+    # runs clamp, which does not.
+    _reject(lo is not None and hi is not None and result_type(x, lo, hi) == torch.bool,
+            "\"clamp_cpu\" not implemented for 'Bool'")
     return clamp_values(b, x, lo, hi)
 
 
@@ -1108,7 +1124,8 @@ def hardswish(b: GraphBuilder, x: Value) -> Value:
 def hardswish_backward(b: GraphBuilder, dy: Value, x: Value) -> Value:
     def f(g: Value, v: Value) -> Value:
         mid = b.mul(g, b.add(b.div(v, _k(b, 3, v)), _k(b, 0.5, v)))
-        out = _where(b, b.compare("lt", v, _k(b, 3, v)), mid, g)
+        # Tested as (x >= 3) and (x <= -3), so NaN takes the middle branch (NaN), as on CPU.
+        out = _where(b, b.compare("ge", v, _k(b, 3, v)), g, mid)
         return _where(b, b.compare("le", v, _k(b, -3, v)), _k(b, 0, g), out)
     return _bwd(b, dy, x, f)
 
@@ -1148,7 +1165,8 @@ def elu_backward(b: GraphBuilder, dy: Value, alpha: Value, scale: Value, input_s
             neg = b.mul(b.mul(g, ipt), b.add(v, negcoef))
         else:
             neg = b.mul(b.mul(b.mul(g, ipt), negcoef), b.exp(b.mul(v, ipt)))
-        return _where(b, b.compare("le", v, _k(b, 0, v)), neg, b.mul(g, _s(b, scale, v)))
+        # CPU's vectorized kernel selects on x > 0, so a NaN input takes the negative branch.
+        return _where(b, b.compare("gt", v, _k(b, 0, v)), b.mul(g, _s(b, scale, v)), neg)
     return _bwd(b, dy, x, f)
 
 
@@ -1194,8 +1212,9 @@ def hardtanh(b: GraphBuilder, x: Value, min_val: Value, max_val: Value) -> Value
 @register(aten.hardtanh_backward.default)
 def hardtanh_backward(b: GraphBuilder, dy: Value, x: Value, min_val: Value, max_val: Value) -> Value:
     def f(g: Value, v: Value) -> Value:
-        out = b.binary("or", b.compare("le", v, _s(b, min_val, v)), b.compare("ge", v, _s(b, max_val, v)))
-        return _where(b, out, _k(b, 0, g), g)
+        # Tested as min < x < max, so a NaN input gets a zero gradient, as on CPU.
+        inside = b.binary("and", b.compare("gt", v, _s(b, min_val, v)), b.compare("lt", v, _s(b, max_val, v)))
+        return _where(b, inside, g, _k(b, 0, g))
     return _bwd(b, dy, x, f)
 
 

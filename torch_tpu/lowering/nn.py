@@ -17,7 +17,7 @@ import torch
 
 from ..ir.builder import GraphBuilder, Value
 from .apply import NeedsBakedScalars
-from .core import broadcast_shapes, broadcast_to, canonical_dim, opmath
+from .core import broadcast_to, canonical_dim, opmath
 from .registry import register
 
 aten = torch.ops.aten
@@ -37,12 +37,6 @@ def full(b: GraphBuilder, value: float | int | bool, dtype: torch.dtype, shape: 
 def splat(b: GraphBuilder, s: Value, dtype: torch.dtype, shape: Sequence[int]) -> Value:
     """A 0-d runtime scalar converted to dtype and broadcast to shape."""
     return b.broadcast_in_dim(b.convert(s, dtype), tuple(shape), ())
-
-
-def bin(b: GraphBuilder, op: str, x: Value, y: Value) -> Value:
-    """Binary op with numpy broadcasting (both operands must already share a dtype)."""
-    shape = broadcast_shapes(x.shape, y.shape)
-    return b.binary(op, broadcast_to(b, x, shape), broadcast_to(b, y, shape))
 
 
 def along(b: GraphBuilder, v: Value, shape: Sequence[int], dim: int) -> Value:

@@ -48,10 +48,6 @@ def _pool_out(size: int, k: int, pad: int, stride: int, dil: int, ceil_mode: boo
     return out
 
 
-def _lead(x: Value, n: int) -> tuple[Value, list[int]]:
-    return x, list(x.shape[: x.rank - n])
-
-
 def _check_pool(x: Value, n: int, k: list[int], stride: list[int], pad: list[int], dil: list[int],
                 name: str) -> None:
     check(x.rank in (n + 1, n + 2), f"non-empty {n + 1}D or {n + 2}D (batch mode) tensor expected for input")

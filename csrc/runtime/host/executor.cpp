@@ -55,8 +55,8 @@ bool overlaps(std::pair<uintptr_t, uintptr_t> a, std::pair<uintptr_t, uintptr_t>
 }
 
 Kernel make_kernel(const ir::Graph& g, int32_t id) {
-  for (auto make : {make_elementwise_kernel, make_rng_kernel, make_data_kernel,
-                    make_reduce_kernel, make_contract_kernel}) {
+  for (auto make : {make_elementwise_kernel, make_rng_kernel, make_data_kernel, make_reduce_kernel,
+                    make_contract_kernel}) {
     if (Kernel k = make(g, id)) return k;
   }
   TPU_CHECK_NOT_IMPLEMENTED(false, "host runtime: no kernel for ", ir::node_to_string(g, id));
@@ -113,8 +113,8 @@ at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>
     uint64_t v = p.binding == ir::kRngSeedBinding ? rng.seed : rng.offset;
     return at::scalar_tensor(static_cast<int64_t>(v), at::kLong);
   }
-  TPU_CHECK(p.binding < static_cast<int64_t>(inputs.size()), "host runtime: parameter %",
-            p.node, " reads binding ", p.binding, " but only ", inputs.size(), " were given");
+  TPU_CHECK(p.binding < static_cast<int64_t>(inputs.size()), "host runtime: parameter %", p.node,
+            " reads binding ", p.binding, " but only ", inputs.size(), " were given");
   const Binding& b = inputs[p.binding];
   at::Tensor t;
   if (b.kind == Binding::Kind::Scalar) {
@@ -124,9 +124,9 @@ at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>
     t = wrap_binding(b);
   }
   if (!t.sizes().equals(p.shape)) {
-    TPU_CHECK(t.numel() == c10::multiply_integers(p.shape), "host runtime: binding ",
-              p.binding, " has shape ", shape_str(t.sizes()), ", parameter %", p.node,
-              " expects ", shape_str(p.shape));
+    TPU_CHECK(t.numel() == c10::multiply_integers(p.shape), "host runtime: binding ", p.binding,
+              " has shape ", shape_str(t.sizes()), ", parameter %", p.node, " expects ",
+              shape_str(p.shape));
     t = t.reshape(p.shape);
   }
   return t.scalar_type() == p.dtype ? t : t.to(p.dtype);
@@ -147,10 +147,10 @@ void HostExecutable::run(const std::vector<Binding>& inputs,
   std::vector<int32_t> next_dest(outputs.size(), -1);  // chains several dests of one node
   for (size_t k = outputs.size(); k-- > 0;) {
     const OutputTarget& o = outputs[k];
-    TPU_CHECK(o.node >= 0 && o.node < num_nodes_ && is_output_[o.node],
-              "host runtime: node ", o.node, " was not compiled as an output");
-    TPU_CHECK(o.dest.kind == Binding::Kind::Tensor, "host runtime: output destination of %",
-              o.node, " must be a tensor");
+    TPU_CHECK(o.node >= 0 && o.node < num_nodes_ && is_output_[o.node], "host runtime: node ",
+              o.node, " was not compiled as an output");
+    TPU_CHECK(o.dest.kind == Binding::Kind::Tensor, "host runtime: output destination of %", o.node,
+              " must be a tensor");
     TPU_CHECK(c10::IntArrayRef(o.dest.sizes).equals(output_shape_[o.node]),
               "host runtime: destination shape ", shape_str(o.dest.sizes), " != shape ",
               shape_str(output_shape_[o.node]), " of %", o.node);

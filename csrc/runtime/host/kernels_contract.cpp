@@ -22,7 +22,8 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n) {
                       const std::vector<int64_t>& c) {
     std::vector<int64_t> f;
     for (int64_t d = 0; d < x.rank(); ++d) {
-      if (std::find(b.begin(), b.end(), d) == b.end() && std::find(c.begin(), c.end(), d) == c.end()) {
+      if (std::find(b.begin(), b.end(), d) == b.end() &&
+          std::find(c.begin(), c.end(), d) == c.end()) {
         f.push_back(d);
       }
     }

@@ -102,8 +102,8 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
         at::Tensor region = result;
         const at::Tensor& upd = v[u];
         for (size_t d = 0; d < starts.size(); ++d) {
-          region = region.narrow(d, clamp_start(v[starts[d]], result.size(d), upd.size(d)),
-                                 upd.size(d));
+          region =
+              region.narrow(d, clamp_start(v[starts[d]], result.size(d), upd.size(d)), upd.size(d));
         }
         region.copy_(upd);
         return result;

@@ -12,56 +12,90 @@ namespace {
 using ir::OpKind;
 
 // Wraps `fn(a)` / `fn_out(out, a)` into a kernel reading operand x.
-#define UNARY_OUT(FN)                                                           \
-  [x](const Values& v, at::Tensor* out) {                                       \
-    return out ? at::FN##_out(*out, v[x]) : at::FN(v[x]);                       \
+#define UNARY_OUT(FN) \
+  [x](const Values& v, at::Tensor* out) { return out ? at::FN##_out(*out, v[x]) : at::FN(v[x]); }
+#define UNARY_EXPR(EXPR)              \
+  [x](const Values& v, at::Tensor*) { \
+    const at::Tensor& a = v[x];       \
+    return EXPR;                      \
   }
-#define UNARY_EXPR(EXPR) \
-  [x](const Values& v, at::Tensor*) { const at::Tensor& a = v[x]; return EXPR; }
-#define BINARY_OUT(FN)                                                          \
-  [x, y](const Values& v, at::Tensor* out) {                                    \
-    return out ? at::FN##_out(*out, v[x], v[y]) : at::FN(v[x], v[y]);           \
+#define BINARY_OUT(FN)                                                \
+  [x, y](const Values& v, at::Tensor* out) {                          \
+    return out ? at::FN##_out(*out, v[x], v[y]) : at::FN(v[x], v[y]); \
   }
 
 Kernel unary_kernel(OpKind kind, int32_t x, bool is_bool) {
   switch (kind) {
-    case OpKind::kNeg: return UNARY_OUT(neg);
-    case OpKind::kAbs: return UNARY_OUT(abs);
-    case OpKind::kSign: return UNARY_OUT(sign);
-    case OpKind::kFloor: return UNARY_OUT(floor);
-    case OpKind::kCeil: return UNARY_OUT(ceil);
-    case OpKind::kRoundEven: return UNARY_OUT(round);  // torch.round: half to even
-    case OpKind::kTrunc: return UNARY_OUT(trunc);
-    case OpKind::kExp: return UNARY_OUT(exp);
-    case OpKind::kExpm1: return UNARY_OUT(expm1);
-    case OpKind::kLog: return UNARY_OUT(log);
-    case OpKind::kLog1p: return UNARY_OUT(log1p);
-    case OpKind::kSqrt: return UNARY_OUT(sqrt);
-    case OpKind::kRsqrt: return UNARY_OUT(rsqrt);
+    case OpKind::kNeg:
+      return UNARY_OUT(neg);
+    case OpKind::kAbs:
+      return UNARY_OUT(abs);
+    case OpKind::kSign:
+      return UNARY_OUT(sign);
+    case OpKind::kFloor:
+      return UNARY_OUT(floor);
+    case OpKind::kCeil:
+      return UNARY_OUT(ceil);
+    case OpKind::kRoundEven:
+      return UNARY_OUT(round);  // torch.round: half to even
+    case OpKind::kTrunc:
+      return UNARY_OUT(trunc);
+    case OpKind::kExp:
+      return UNARY_OUT(exp);
+    case OpKind::kExpm1:
+      return UNARY_OUT(expm1);
+    case OpKind::kLog:
+      return UNARY_OUT(log);
+    case OpKind::kLog1p:
+      return UNARY_OUT(log1p);
+    case OpKind::kSqrt:
+      return UNARY_OUT(sqrt);
+    case OpKind::kRsqrt:
+      return UNARY_OUT(rsqrt);
     // The reference's recipe (ATen has no cbrt); keeps the sign of -0 and NaN like it does.
-    case OpKind::kCbrt: return UNARY_EXPR(at::sign(a) * at::abs(a).pow(1.0 / 3.0));
-    case OpKind::kSin: return UNARY_OUT(sin);
-    case OpKind::kCos: return UNARY_OUT(cos);
-    case OpKind::kTan: return UNARY_OUT(tan);
-    case OpKind::kTanh: return UNARY_OUT(tanh);
-    case OpKind::kAsin: return UNARY_OUT(asin);
-    case OpKind::kAcos: return UNARY_OUT(acos);
-    case OpKind::kAtan: return UNARY_OUT(atan);
-    case OpKind::kSinh: return UNARY_OUT(sinh);
-    case OpKind::kCosh: return UNARY_OUT(cosh);
-    case OpKind::kAsinh: return UNARY_OUT(asinh);
-    case OpKind::kAcosh: return UNARY_OUT(acosh);
-    case OpKind::kAtanh: return UNARY_OUT(atanh);
-    case OpKind::kLogistic: return UNARY_OUT(sigmoid);
-    case OpKind::kErf: return UNARY_OUT(erf);
-    case OpKind::kErfinv: return UNARY_OUT(erfinv);
-    case OpKind::kLgamma: return UNARY_OUT(lgamma);
-    case OpKind::kDigamma: return UNARY_OUT(digamma);
+    case OpKind::kCbrt:
+      return UNARY_EXPR(at::sign(a) * at::abs(a).pow(1.0 / 3.0));
+    case OpKind::kSin:
+      return UNARY_OUT(sin);
+    case OpKind::kCos:
+      return UNARY_OUT(cos);
+    case OpKind::kTan:
+      return UNARY_OUT(tan);
+    case OpKind::kTanh:
+      return UNARY_OUT(tanh);
+    case OpKind::kAsin:
+      return UNARY_OUT(asin);
+    case OpKind::kAcos:
+      return UNARY_OUT(acos);
+    case OpKind::kAtan:
+      return UNARY_OUT(atan);
+    case OpKind::kSinh:
+      return UNARY_OUT(sinh);
+    case OpKind::kCosh:
+      return UNARY_OUT(cosh);
+    case OpKind::kAsinh:
+      return UNARY_OUT(asinh);
+    case OpKind::kAcosh:
+      return UNARY_OUT(acosh);
+    case OpKind::kAtanh:
+      return UNARY_OUT(atanh);
+    case OpKind::kLogistic:
+      return UNARY_OUT(sigmoid);
+    case OpKind::kErf:
+      return UNARY_OUT(erf);
+    case OpKind::kErfinv:
+      return UNARY_OUT(erfinv);
+    case OpKind::kLgamma:
+      return UNARY_OUT(lgamma);
+    case OpKind::kDigamma:
+      return UNARY_OUT(digamma);
     case OpKind::kNot:
       if (is_bool) return UNARY_OUT(logical_not);
       return UNARY_OUT(bitwise_not);
-    case OpKind::kIsFinite: return UNARY_EXPR(at::isfinite(a));
-    default: return {};
+    case OpKind::kIsFinite:
+      return UNARY_EXPR(at::isfinite(a));
+    default:
+      return {};
   }
 }
 
@@ -88,9 +122,12 @@ at::Tensor shr_logical(const at::Tensor& a_in, const at::Tensor& b_in) {
 
 Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer) {
   switch (kind) {
-    case OpKind::kAdd: return BINARY_OUT(add);
-    case OpKind::kSub: return BINARY_OUT(sub);
-    case OpKind::kMul: return BINARY_OUT(mul);
+    case OpKind::kAdd:
+      return BINARY_OUT(add);
+    case OpKind::kSub:
+      return BINARY_OUT(sub);
+    case OpKind::kMul:
+      return BINARY_OUT(mul);
     case OpKind::kDiv:
       if (integer) {  // truncating; x / 0 raises ZeroDivisionError inside ATen
         return [x, y](const Values& v, at::Tensor* out) {
@@ -98,30 +135,47 @@ Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer) {
         };
       }
       return BINARY_OUT(div);
-    case OpKind::kRem: return BINARY_OUT(fmod);
-    case OpKind::kPow: return BINARY_OUT(pow);
-    case OpKind::kMax: return BINARY_OUT(maximum);  // NaN-propagating
-    case OpKind::kMin: return BINARY_OUT(minimum);
-    case OpKind::kAtan2: return BINARY_OUT(atan2);
-    case OpKind::kAnd: return BINARY_OUT(bitwise_and);
-    case OpKind::kOr: return BINARY_OUT(bitwise_or);
-    case OpKind::kXor: return BINARY_OUT(bitwise_xor);
-    case OpKind::kShl: return BINARY_OUT(bitwise_left_shift);
-    case OpKind::kShrArith: return BINARY_OUT(bitwise_right_shift);
+    case OpKind::kRem:
+      return BINARY_OUT(fmod);
+    case OpKind::kPow:
+      return BINARY_OUT(pow);
+    case OpKind::kMax:
+      return BINARY_OUT(maximum);  // NaN-propagating
+    case OpKind::kMin:
+      return BINARY_OUT(minimum);
+    case OpKind::kAtan2:
+      return BINARY_OUT(atan2);
+    case OpKind::kAnd:
+      return BINARY_OUT(bitwise_and);
+    case OpKind::kOr:
+      return BINARY_OUT(bitwise_or);
+    case OpKind::kXor:
+      return BINARY_OUT(bitwise_xor);
+    case OpKind::kShl:
+      return BINARY_OUT(bitwise_left_shift);
+    case OpKind::kShrArith:
+      return BINARY_OUT(bitwise_right_shift);
     case OpKind::kShrLogical:
       return [x, y](const Values& v, at::Tensor*) { return shr_logical(v[x], v[y]); };
-    default: return {};
+    default:
+      return {};
   }
 }
 
 Kernel compare_kernel(int64_t dir, int32_t x, int32_t y) {
   switch (static_cast<ir::CompareDir>(dir)) {
-    case ir::CompareDir::kEq: return BINARY_OUT(eq);
-    case ir::CompareDir::kNe: return BINARY_OUT(ne);
-    case ir::CompareDir::kLt: return BINARY_OUT(lt);
-    case ir::CompareDir::kLe: return BINARY_OUT(le);
-    case ir::CompareDir::kGt: return BINARY_OUT(gt);
-    case ir::CompareDir::kGe: return BINARY_OUT(ge);
+    case ir::CompareDir::kEq:
+      return BINARY_OUT(eq);
+    case ir::CompareDir::kNe:
+      return BINARY_OUT(ne);
+    case ir::CompareDir::kLt:
+      return BINARY_OUT(lt);
+    case ir::CompareDir::kLe:
+      return BINARY_OUT(le);
+    case ir::CompareDir::kGt:
+      return BINARY_OUT(gt);
+    case ir::CompareDir::kGe:
+      return BINARY_OUT(ge);
   }
   return {};
 }

@@ -64,7 +64,8 @@ Kernel reduce_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
   switch (kind) {
     case ir::ReduceKind::kSum:  // ATen accumulates f16/bf16 in f32 and rounds once
       return [x, dims, dtype](const Values& v, at::Tensor* out) {
-        return out ? at::sum_out(*out, v[x], dims, false, dtype) : at::sum(v[x], dims, false, dtype);
+        return out ? at::sum_out(*out, v[x], dims, false, dtype)
+                   : at::sum(v[x], dims, false, dtype);
       };
     case ir::ReduceKind::kProd:
       return [x, dims, dtype](const Values& v, at::Tensor*) {
@@ -124,7 +125,8 @@ Kernel reduce_window_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
     if (kind == ir::ReduceKind::kSum) {
       return out ? at::sum_out(*out, t, wdims, false, dtype) : at::sum(t, wdims, false, dtype);
     }
-    if (kind == ir::ReduceKind::kMax) return out ? at::amax_out(*out, t, wdims) : at::amax(t, wdims);
+    if (kind == ir::ReduceKind::kMax)
+      return out ? at::amax_out(*out, t, wdims) : at::amax(t, wdims);
     return out ? at::amin_out(*out, t, wdims) : at::amin(t, wdims);
   };
 }
@@ -138,10 +140,18 @@ Kernel scan_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
   return [=](const Values& v, at::Tensor*) {
     at::Tensor t = reverse ? at::flip(v[x], dim) : v[x];
     switch (kind) {
-      case ir::ScanKind::kSum: t = at::cumsum(t, dim, dtype); break;
-      case ir::ScanKind::kProd: t = at::cumprod(t, dim, dtype); break;
-      case ir::ScanKind::kMax: t = std::get<0>(at::cummax(t, dim)); break;
-      case ir::ScanKind::kMin: t = std::get<0>(at::cummin(t, dim)); break;
+      case ir::ScanKind::kSum:
+        t = at::cumsum(t, dim, dtype);
+        break;
+      case ir::ScanKind::kProd:
+        t = at::cumprod(t, dim, dtype);
+        break;
+      case ir::ScanKind::kMax:
+        t = std::get<0>(at::cummax(t, dim));
+        break;
+      case ir::ScanKind::kMin:
+        t = std::get<0>(at::cummin(t, dim));
+        break;
     }
     return reverse ? at::flip(t, dim) : t;
   };

@@ -34,14 +34,12 @@ at::Tensor uniform(at::ScalarType dtype, c10::IntArrayRef shape, uint64_t seed, 
                    [](auto w) { return static_cast<float>(w[0] >> 8) * 0x1p-24f; });
       break;
     case at::kHalf:
-      fill_uniform(out.mutable_data_ptr<at::Half>(), n, seed, offset, [](auto w) {
-        return at::Half(static_cast<float>(w[0] >> 21) * 0x1p-11f);
-      });
+      fill_uniform(out.mutable_data_ptr<at::Half>(), n, seed, offset,
+                   [](auto w) { return at::Half(static_cast<float>(w[0] >> 21) * 0x1p-11f); });
       break;
     case at::kBFloat16:
-      fill_uniform(out.mutable_data_ptr<at::BFloat16>(), n, seed, offset, [](auto w) {
-        return at::BFloat16(static_cast<float>(w[0] >> 24) * 0x1p-8f);
-      });
+      fill_uniform(out.mutable_data_ptr<at::BFloat16>(), n, seed, offset,
+                   [](auto w) { return at::BFloat16(static_cast<float>(w[0] >> 24) * 0x1p-8f); });
       break;
     case at::kDouble:
       fill_uniform(out.mutable_data_ptr<double>(), n, seed, offset, [](auto w) {

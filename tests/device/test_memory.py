@@ -1,0 +1,121 @@
+"""The caching device allocator's statistics (OpenReg: test_memory.py)."""
+
+from __future__ import annotations
+
+import torch
+
+MiB = 1 << 20
+
+
+def _settle() -> int:
+    torch.tpu.synchronize()
+    return torch.tpu.memory_allocated()
+
+
+def test_memory_allocated_tracks_tensors() -> None:
+    base = _settle()
+    a = torch.empty(MiB, dtype=torch.uint8, device="tpu")
+    assert torch.tpu.memory_allocated() == base + MiB
+    assert torch.tpu.memory_allocated(0) == torch.tpu.memory_allocated("tpu:0")
+    b = torch.empty(256, dtype=torch.float32, device="tpu")  # 1 KiB: rounded to 512 B blocks
+    assert torch.tpu.memory_allocated() == base + MiB + 1024
+    del a
+    assert torch.tpu.memory_allocated() == base + 1024
+    del b
+    assert torch.tpu.memory_allocated() == base
+
+
+def test_small_allocations_are_rounded() -> None:
+    base = _settle()
+    x = torch.empty(1, dtype=torch.uint8, device="tpu")
+    assert torch.tpu.memory_allocated() == base + 512
+    stats = torch.tpu.memory_stats()
+    assert stats["requested_bytes.all.current"] <= stats["allocated_bytes.all.current"]
+    del x
+
+
+def test_zero_size_tensor_allocates_nothing() -> None:
+    base = _settle()
+    x = torch.empty(0, 5, device="tpu")
+    assert x.shape == (0, 5) and x.numel() == 0
+    assert torch.tpu.memory_allocated() == base
+
+
+def test_peak_and_reset() -> None:
+    _settle()
+    torch.tpu.reset_peak_memory_stats()
+    base = torch.tpu.memory_allocated()
+    assert torch.tpu.max_memory_allocated() == base
+    a = torch.empty(4 * MiB, dtype=torch.uint8, device="tpu")
+    del a
+    assert torch.tpu.memory_allocated() == base
+    assert torch.tpu.max_memory_allocated() == base + 4 * MiB
+    assert torch.tpu.max_memory_reserved() >= base + 4 * MiB
+    torch.tpu.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() == base
+    torch.tpu.reset_max_memory_allocated()
+    assert torch.tpu.max_memory_allocated() == base
+
+
+def test_cache_reuse_and_empty_cache() -> None:
+    _settle()
+    torch.tpu.empty_cache()
+    reserved0 = torch.tpu.memory_reserved()
+    a = torch.empty(2 * MiB, dtype=torch.uint8, device="tpu")
+    assert torch.tpu.memory_reserved() == reserved0 + 2 * MiB
+    hits = torch.tpu.memory_stats()["num_cache_hits"]
+    del a
+    # The freed block stays reserved (cached) ...
+    assert torch.tpu.memory_reserved() == reserved0 + 2 * MiB
+    b = torch.empty(2 * MiB, dtype=torch.uint8, device="tpu")
+    # ... and is reused for the same size without reserving more.
+    assert torch.tpu.memory_stats()["num_cache_hits"] == hits + 1
+    assert torch.tpu.memory_reserved() == reserved0 + 2 * MiB
+    del b
+    torch.tpu.empty_cache()
+    assert torch.tpu.memory_reserved() == reserved0 == torch.tpu.memory_allocated()
+    assert torch.tpu.max_memory_reserved() >= reserved0 + 2 * MiB
+
+
+def test_memory_stats_keys_and_counters() -> None:
+    _settle()
+    torch.tpu.reset_accumulated_memory_stats()
+    stats = torch.tpu.memory_stats()
+    for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
+                "reserved_bytes.all.peak", "num_alloc_retries", "num_ooms"):
+        assert key in stats, key
+    assert stats["allocation.all.allocated"] == 0 and stats["allocation.all.freed"] == 0
+    x = torch.empty(100, device="tpu")
+    del x
+    stats = torch.tpu.memory_stats()
+    assert stats["allocation.all.allocated"] == 1 and stats["allocation.all.freed"] == 1
+    assert stats["allocated_bytes.all.current"] == torch.tpu.memory_allocated()
+    assert stats["reserved_bytes.all.current"] == torch.tpu.memory_reserved()
+    assert list(stats) == sorted(stats)
+    assert "allocated_bytes.all.current" in torch.tpu.memory_summary()
+
+
+def test_mem_get_info() -> None:
+    _settle()
+    torch.tpu.empty_cache()
+    free, total = torch.tpu.mem_get_info()
+    assert total == torch.tpu.get_device_properties(0).total_memory
+    assert free == total - torch.tpu.memory_reserved()
+    x = torch.empty(8 * MiB, dtype=torch.uint8, device="tpu")
+    free2, total2 = torch.tpu.mem_get_info()
+    assert total2 == total and free2 == free - 8 * MiB
+    del x
+    torch.tpu.empty_cache()
+    assert torch.tpu.mem_get_info() == (free, total)
+
+
+def test_op_outputs_are_counted_and_freed() -> None:
+    base = _settle()
+    x = torch.ones(256, 256).to("tpu")  # 256 KiB
+    y = x * 2
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() >= base + 2 * 256 * 1024
+    assert y[0, 0].item() == 2.0
+    del x, y
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() == base

@@ -1,0 +1,161 @@
+"""Storages, views, set_/resize_ and in-place ops through views (OpenReg: test_storage.py,
+test_ops views)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def _tpu(x: torch.Tensor) -> torch.Tensor:
+    return x.to("tpu")
+
+
+def test_untyped_storage_basics() -> None:
+    x = _tpu(torch.arange(6, dtype=torch.float32))
+    s = x.untyped_storage()
+    assert s.device == torch.device("tpu:0")
+    assert s.nbytes() == 24
+    assert s.data_ptr() == x.data_ptr()
+    assert s.is_tpu
+    torch.testing.assert_close(torch.empty(0).set_(s.cpu()), torch.arange(6, dtype=torch.float32))
+
+
+def test_views_share_storage_and_data_ptr() -> None:
+    x = _tpu(torch.arange(12, dtype=torch.float32))
+    v = x.view(3, 4)
+    t = v.t()
+    sl = v[1:, 2:]
+    e = x[:4].expand(2, 4)
+    for view in (v, t, sl, e):
+        assert view.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        assert view._base is x or view._base is None or view._base._base is x
+    assert v.data_ptr() == x.data_ptr()
+    assert sl.data_ptr() == x.data_ptr() + (1 * 4 + 2) * 4
+    assert sl.storage_offset() == 6 and sl.stride() == (4, 1)
+    assert t.stride() == (1, 4) and not t.is_contiguous()
+    torch.testing.assert_close(t.cpu(), torch.arange(12.0).view(3, 4).t())
+    torch.testing.assert_close(sl.cpu(), torch.arange(12.0).view(3, 4)[1:, 2:])
+    torch.testing.assert_close(e.cpu(), torch.arange(4.0).expand(2, 4))
+
+
+@pytest.mark.parametrize("which", ["transpose", "slice", "as_strided", "select", "diagonal", "unfold", "view"])
+def test_inplace_through_view_visible_in_base(which: str) -> None:
+    base_cpu = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    base_tpu = _tpu(base_cpu)
+
+    def view_of(b: torch.Tensor) -> torch.Tensor:
+        if which == "transpose":
+            return b.t()[0]
+        if which == "slice":
+            return b[1:3, ::2]
+        if which == "as_strided":
+            return b.as_strided((2, 2), (5, 1), 1)
+        if which == "select":
+            return b.select(1, 2)
+        if which == "diagonal":
+            return b.diagonal()
+        if which == "unfold":
+            return b.view(-1).unfold(0, 3, 4)  # windows must not overlap for in-place ops
+        return b.view(2, 8)
+
+    for b in (base_cpu, base_tpu):
+        v = view_of(b)
+        v.mul_(10).add_(1)
+    torch.testing.assert_close(base_tpu.cpu(), base_cpu)
+
+
+def test_inplace_with_expanded_operand() -> None:
+    row = _tpu(torch.tensor([1.0, 2.0, 3.0]))
+    m = _tpu(torch.zeros(2, 3))
+    m.add_(row.expand(2, 3))
+    m.mul_(row)  # broadcast in place
+    torch.testing.assert_close(m.cpu(), torch.tensor([[1.0, 4.0, 9.0], [1.0, 4.0, 9.0]]))
+
+
+def test_copy_into_noncontiguous_view() -> None:
+    m = _tpu(torch.zeros(3, 4))
+    m.t()[1].copy_(_tpu(torch.tensor([7.0, 8.0, 9.0])))
+    m[:, 3] = torch.tensor([1.0, 2.0, 3.0])  # cpu -> tpu view write
+    expected = torch.zeros(3, 4)
+    expected[:, 1] = torch.tensor([7.0, 8.0, 9.0])
+    expected[:, 3] = torch.tensor([1.0, 2.0, 3.0])
+    torch.testing.assert_close(m.cpu(), expected)
+
+
+def test_noncontiguous_to_cpu_and_back() -> None:
+    x = torch.arange(24.0).reshape(2, 3, 4)
+    t = _tpu(x).permute(2, 0, 1)
+    assert not t.is_contiguous()
+    torch.testing.assert_close(t.cpu(), x.permute(2, 0, 1))
+    torch.testing.assert_close(t.contiguous().cpu(), x.permute(2, 0, 1).contiguous())
+    assert t.contiguous().is_contiguous()
+
+
+def test_set_storage_with_offset() -> None:
+    a = _tpu(torch.arange(6.0))
+    b = torch.empty(0, device="tpu")
+    b.set_(a.untyped_storage(), 2, (2, 2), (2, 1))
+    assert b.data_ptr() == a.data_ptr() + 8
+    torch.testing.assert_close(b.cpu(), torch.tensor([[2.0, 3.0], [4.0, 5.0]]))
+    b.add_(100)
+    torch.testing.assert_close(a.cpu(), torch.tensor([0.0, 1.0, 102.0, 103.0, 104.0, 105.0]))
+
+
+def test_set_tensor_and_set_empty() -> None:
+    a = _tpu(torch.arange(4.0))
+    b = torch.empty(0, device="tpu")
+    b.set_(a)
+    assert b.data_ptr() == a.data_ptr() and b.shape == a.shape
+    b.fill_(3.0)
+    assert a.cpu().tolist() == [3.0, 3.0, 3.0, 3.0]
+    b.set_()
+    assert b.numel() == 0 and b.is_tpu
+    c = torch.empty(0, device="tpu").set_(a.untyped_storage())
+    assert c.shape == (4,) and c.cpu().tolist() == [3.0] * 4
+    with pytest.raises(RuntimeError):
+        torch.empty(0, device="tpu").set_(torch.arange(3.0).untyped_storage())
+
+
+def test_resize_grow_keeps_data() -> None:
+    a = _tpu(torch.arange(4.0))
+    a.add_(1)  # queued work on the old memory before the resize
+    a.resize_(8)
+    assert a.shape == (8,)
+    a[4:] = 9.0
+    torch.testing.assert_close(a.cpu(), torch.tensor([1.0, 2.0, 3.0, 4.0, 9.0, 9.0, 9.0, 9.0]))
+    a.resize_(2, 2)
+    torch.testing.assert_close(a.cpu(), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    assert a.untyped_storage().nbytes() >= 32
+
+
+def test_storage_resize() -> None:
+    a = _tpu(torch.arange(4.0))
+    s = a.untyped_storage()
+    s.resize_(32)
+    assert s.nbytes() == 32
+    assert a.untyped_storage().nbytes() == 32
+    torch.testing.assert_close(a.cpu(), torch.arange(4.0))
+    s.resize_(8)
+    assert s.nbytes() == 8
+    torch.testing.assert_close(torch.empty(0, device="tpu").set_(s).cpu(), torch.tensor([0.0, 1.0]))
+
+
+def test_resize_as_and_out_resize() -> None:
+    out = torch.empty(0, device="tpu")
+    x = _tpu(torch.arange(6.0).reshape(2, 3))
+    torch.mul(x, 2, out=out)
+    assert out.shape == (2, 3)
+    torch.testing.assert_close(out.cpu(), torch.arange(6.0).reshape(2, 3) * 2)
+    y = torch.empty(0, device="tpu").resize_as_(x)
+    assert y.shape == x.shape
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])
+def test_dtype_roundtrip(dtype: torch.dtype) -> None:
+    x = (torch.arange(-5, 7) % 3).to(dtype)
+    t = x.to("tpu")
+    assert t.dtype == dtype and t.element_size() == x.element_size()
+    assert torch.equal(t.cpu(), x)
+    assert t.untyped_storage().nbytes() == x.numel() * x.element_size()
