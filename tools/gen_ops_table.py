@@ -69,7 +69,11 @@ def run_column(mode: str, dtype_name: str, ids: list[str], log) -> dict[str, dic
     results: dict[str, dict] = {}
     todo = list(ids)
     t0 = time.time()
+    stderr_tail = ""
+    fruitless = 0  # consecutive worker deaths with nothing done: a broken worker, not one bad op
     while todo:
+        if fruitless >= 3:
+            raise RuntimeError(f"worker {mode}/{dtype_name} keeps dying without results:\n{stderr_tail}")
         proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", mode, dtype_name],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, cwd=ROOT)
@@ -77,7 +81,7 @@ def run_column(mode: str, dtype_name: str, ids: list[str], log) -> dict[str, dic
         proc.stdin.close()
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)
-        current, started_at, stderr_tail = None, time.time(), ""
+        current, started_at = None, time.time()
         while True:
             timeout = CHECK_TIMEOUT_S + (120 if current is None else 0) - (time.time() - started_at)
             if timeout <= 0 or not sel.select(timeout=timeout):
@@ -110,6 +114,8 @@ def run_column(mode: str, dtype_name: str, ids: list[str], log) -> dict[str, dic
             else:
                 results[msg.pop("id")] = msg
                 current, started_at = None, time.time()
+        done = [i for i in todo if i in results]
+        fruitless = 0 if len(done) > 1 else fruitless + 1
         todo = [i for i in todo if i not in results]
     log(f"  {mode}/{dtype_name}: {time.time() - t0:.0f}s")
     return results

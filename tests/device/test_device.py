@@ -191,9 +191,13 @@ def test_mode_context_manager_restores() -> None:
 
 
 def _out_of_bounds_gather() -> torch.Tensor:
+    """A gather whose last index is out of range. Its output (64Ki elements) is too large for
+    strict mode's inline fast path (small programs run on the calling thread when the stream is
+    idle), so in strict mode it is always queued."""
     x = torch.arange(4.0).to("tpu")
-    idx = torch.tensor([7]).to("tpu")
-    return x[idx]
+    idx = torch.zeros(1 << 16, dtype=torch.int64)
+    idx[-1] = 7
+    return x[idx.to("tpu")]
 
 
 def test_debug_mode_raises_at_call_site() -> None:

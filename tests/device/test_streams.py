@@ -119,7 +119,9 @@ def test_stream_synchronize_and_query() -> None:
 def test_error_on_side_stream_surfaces_on_sync() -> None:
     s = torch.tpu.Stream()
     x = torch.arange(4.0).to("tpu")
-    idx = torch.tensor([9]).to("tpu")
+    idx = torch.zeros(1 << 16, dtype=torch.int64)  # large: always queued (no inline fast path)
+    idx[-1] = 9
+    idx = idx.to("tpu")
     s.wait_stream(torch.tpu.current_stream())
     with torch.tpu.stream(s):
         bad = x[idx]

@@ -175,6 +175,20 @@ def random_sample(op, sample) -> bool:
     return bool(sample.kwargs.get("training", False)) and ("dropout" in op.name or "attention" in op.name)
 
 
+def _tensors(tree) -> list:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def compare(got, exp, tol: dict) -> None:
+    """assert_close of a (possibly nested) result moved to CPU; dtype must match exactly."""
+    torch.testing.assert_close(tree_map(_to_cpu, got), exp, equal_nan=True, check_dtype=True,
+                               check_device=True, check_layout=True, **tol)
+
+
+class NoSampleRan(Exception):
+    """Every sample was rejected by CPU itself (nothing to compare)."""
+
+
 # -- forward ----------------------------------------------------------------------------------------
 def check_forward(op, dtype: torch.dtype, mode: str = "strict", max_samples: int = MAX_SAMPLES) -> int:
     """Runs the first `max_samples` samples on CPU and on tpu in `mode`; raises on the first

@@ -59,7 +59,19 @@ def functional_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | Non
             continue
         if [(a.name, str(a.type)) for a in cs.arguments] == want:
             return cand
+    # Factory ops: arange.start_out <-> arange.start_step(..., dtype, layout, device, pin_memory).
+    for overload in packet.overloads():
+        cand = getattr(packet, overload)
+        cs = cand._schema
+        if cs.is_mutable:
+            continue
+        args = [(a.name, str(a.type)) for a in cs.arguments]
+        if args[:len(want)] == want and all(a.name in _FACTORY_KWARGS for a in cs.arguments[len(want):]):
+            return cand
     return None
+
+
+_FACTORY_KWARGS = ("dtype", "layout", "device", "pin_memory")
 
 
 def _dtypes_of(args: Sequence) -> str:
@@ -119,7 +131,9 @@ def apply_lowering(b: GraphBuilder, op: torch._ops.OpOverload, args: list) -> tu
         if func is None:
             raise not_implemented(op, args)
         names = [a.name for a in schema.arguments]
-        fargs = [args[names.index(a.name)] for a in func._schema.arguments]
+        out_dtype = next((args[i].dtype for i in mut if isinstance(args[i], Value)), None)
+        fargs = [args[names.index(a.name)] if a.name in names else (out_dtype if a.name == "dtype" else None)
+                 for a in func._schema.arguments]
         rets, _ = apply_lowering(b, func, fargs)
         out = rets
     else:
