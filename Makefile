@@ -7,7 +7,7 @@ export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_f
 export CCACHE_DIR ?= $(HOME)/.cache/torch_tpu_ccache
 PYTEST_ARGS ?=
 
-.PHONY: all setup build demo test test-cpp test-py test-full format clean
+.PHONY: all setup build demo test test-cpp test-py test-full ops-table format clean
 
 all: build
 
@@ -47,6 +47,10 @@ test: test-cpp test-py
 # Longer sweeps: every dtype x mode through OpInfo.
 test-full: build
 	TORCH_TPU_TEST_FULL=1 $(PY) -m pytest tests -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# OpInfo coverage table (docs/ops.md, docs/ops.json) and the README totals line.
+ops-table: build
+	$(PY) tools/gen_ops_table.py --readme
 
 format:
 	clang-format -i $$(find csrc tests/cpp -name '*.cpp' -o -name '*.h')

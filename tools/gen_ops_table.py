@@ -215,13 +215,16 @@ def write_markdown(path, results, columns, tot, meta) -> None:
 def write_xfails(path, results, skipped_entries) -> None:
     import opinfo_util as U
 
-    groups = collections.defaultdict(list)
+    groups = collections.defaultdict(list)  # group heading -> [(key, reason)]
     for col, rs in results.items():
         mode, dt = col.split("/")
         for eid, r in rs.items():
             if r["status"] == "fail":
                 op = U.BY_ID[eid]
-                groups[r["reason"]].append((op.name, op.variant_test_name, dt, mode))
+                cls = failure_class(r["reason"])
+                # One group per missing op / per error message; numerics in one group.
+                head = cls if cls in ("mismatch", "crash", "hang") else r["reason"][:100]
+                groups[(cls, head)].append(((op.name, op.variant_test_name, dt, mode), r["reason"]))
     order = {"no lowering": 0, "dtype not supported by the device (complex/uint64)": 1, "error": 2,
              "mismatch": 3, "crash": 4, "hang": 5}
     L = ['"""Known failures of tests/ops/test_opinfo.py, and the entries it does not compare at all.',
@@ -240,9 +243,12 @@ def write_xfails(path, results, skipped_entries) -> None:
     for eid, reason in sorted(skipped_entries.items()):
         L.append(f"    {eid!r}: {reason!r},")
     L += ["}", "", "EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {"]
-    for reason, keys in sorted(groups.items(), key=lambda kv: (order.get(failure_class(kv[0]), 9), -len(kv[1]), kv[0])):
-        L.append(f"    # {failure_class(reason)}: {reason[:90]} ({len(keys)})")
-        for k in sorted(keys):
+    for (cls, head), items in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 9), -len(kv[1]), kv[0][1])):
+        entries = len({k[:2] for k, _ in items})
+        what = {"mismatch": "numerics differ from CPU beyond the tolerance",
+                "crash": "the worker process died (device layer)", "hang": "no result in time"}.get(cls, head)
+        L.append(f"    # {cls}: {what} — {entries} entries, {len(items)} checks")
+        for k, reason in sorted(items):
             L.append(f"    {k!r}: {reason!r},")
     L.append("}")
     with open(path, "w") as f:
@@ -340,6 +346,11 @@ def main() -> None:
             log("--write-xfails needs the full sweep (no --quick/--columns/--entries); not written")
         else:
             write_xfails(os.path.join(OPS_DIR, "expected_failures.py"), results, SKIPPED_ENTRIES)
+    if partial:
+        for col, rs in results.items():
+            for eid, r in rs.items():
+                if r["status"] in ("fail", "skip"):
+                    log(f"  {col} {eid}: {r['status']} {r['reason']}")
     for col, t in tot.items():
         log(f"{col:18s} pass {t['pass']:4d}  fail {t['fail']:4d}  unsupported {t['unsupported']:4d}  skip {t['skip']:4d}")
     log("top missing lowerings (entries affected, all columns): "

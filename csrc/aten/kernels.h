@@ -29,6 +29,7 @@ at::Tensor& set_storage_whole(at::Tensor& self, c10::Storage source);
 at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source);
 at::Tensor& set_empty(at::Tensor& self);
 void record_stream(at::Tensor& self, c10::Stream stream);
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from);
 
 // views.cpp
 at::Tensor view(const at::Tensor& self, c10::IntArrayRef size);

@@ -86,6 +86,15 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, std::move(storage), 0, {0}, {1});
 }
 
+// Dense CPU and tpu tensors can swap TensorImpl contents (`param.data = moved`), as CPU and
+// CUDA can; without this, Module.to("tpu") would create new Parameters and untie tied weights.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && (t.device().is_cpu() || t.device().type() == kTpu);
+  };
+  return dense(self) && dense(from);
+}
+
 // Queued work keeps its tensors alive, so there is nothing to record.
 void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
 

@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include "aten/kernels.h"
+#include "exec/call.h"
 
 namespace torch_tpu::aten {
 
@@ -16,6 +17,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   // views
   m.impl("view", TORCH_FN(view));
   m.impl("as_strided", TORCH_FN(as_strided));
@@ -33,6 +35,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("index.Tensor", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
   m.impl("_index_put_impl_", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
   m.impl("index_put", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
+  // Ops with a throwing default kernel for non-CPU/CUDA backends: send them to the lowering path.
+  m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&exec::lowered_op_kernel>());
+  m.impl("convolution_backward_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&exec::lowered_op_kernel>());
   // attention backend choice
   m.impl("_fused_sdp_choice", torch::CppFunction::makeFromBoxedFunction<&fused_sdp_choice>());
 }

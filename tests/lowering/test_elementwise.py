@@ -396,12 +396,11 @@ OPINFO_NAMES = [
     "nn.functional.logsigmoid", "nn.functional.glu", "to", "double", "half", "int", "bool", "new_full",
     "new_zeros", "new_ones", "zeros", "ones", "scalar_tensor",
 ]
-OPINFO_DTYPES = [torch.float32, torch.bfloat16, torch.int32]
-MAX_SAMPLES = 12
-# (name, variant, dtype): a known 1-ulp difference. CPU adds `alpha * other` for half types in
-# fused float math on vectorized lanes but in half arithmetic on a loop's scalar tail; the
-# lowering follows the vectorized path everywhere.
-OPINFO_SKIP: set[tuple[str, str, torch.dtype]] = set()
+OPINFO_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.bool]
+MAX_SAMPLES = 20
+# One extra ulp for half types: some CPU kernels (add/sub with alpha) compute vectorized lanes
+# in float32 but a loop's scalar tail in half arithmetic; lowerings follow the vectorized path.
+HALF_TOL = {torch.float16: {"rtol": 2e-3, "atol": 1e-5}, torch.bfloat16: {"rtol": 3.2e-2, "atol": 1e-5}}
 
 
 def _opinfos():
@@ -412,7 +411,12 @@ def _opinfos():
 
 
 @pytest.mark.parametrize("dtype", OPINFO_DTYPES, ids=str)
-def test_opinfo_samples(dtype: torch.dtype) -> None:
+def test_opinfo_samples(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.testing._internal import common_utils
+
+    # Sample generators look for a unittest test function with inspect.stack(), which reads the
+    # source of every frame of pytest's deep stack: most of this test's time. Nothing here uses it.
+    monkeypatch.setattr(common_utils, "extract_test_fn", lambda: None)
     failures, checked = [], 0
     for info in _opinfos():
         if dtype not in info.supported_dtypes("cpu"):
@@ -429,7 +433,7 @@ def test_opinfo_samples(dtype: torch.dtype) -> None:
             try:
                 with ReferenceMode():
                     got = info(sample.input, *sample.args, **sample.kwargs)
-                torch.testing.assert_close(got, expected, equal_nan=True, check_dtype=True)
+                torch.testing.assert_close(got, expected, equal_nan=True, check_dtype=True, **HALF_TOL.get(dtype, {}))
                 checked += 1
             except Exception as e:  # collect, so one run reports every failing op
                 failures.append(f"{info.name}.{info.variant_test_name}: {type(e).__name__}: {str(e).splitlines()[0]}")

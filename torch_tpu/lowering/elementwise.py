@@ -431,6 +431,7 @@ def hypot(b: GraphBuilder, x: Value, y: Value) -> Value:
 def lerp_values(b: GraphBuilder, start: Value, end: Value, weight: Value) -> Value:
     """CPU's two-sided lerp: start + w*(end-start) for |w| < 0.5, else end - (end-start)*(1-w)."""
     _reject(start.dtype != end.dtype, f"expected dtype {start.dtype} for `end` but got dtype {end.dtype}")
+    _reject(not start.dtype.is_floating_point, f"\"lerp_kernel_scalar\" not implemented for '{_tname(start.dtype)}'")
     res = start.dtype
     comp = _opmath(res)
     shape = broadcast_shapes(start.shape, end.shape, weight.shape)
@@ -1281,9 +1282,10 @@ def glu_backward(b: GraphBuilder, dy: Value, x: Value, dim: int) -> Value:
     comp = _opmath(x.dtype)
     a, g = _halves(b, b.convert(x, comp), dim)
     gy = b.convert(dy, comp)
-    s = _sigmoid(b, g)
-    da = b.mul(gy, s)
-    dg = b.mul(b.mul(b.mul(gy, a), s), b.sub(_k(b, 1, s), s))
+    # CPU stores sigmoid(second half) in the input's dtype first, then reuses it for both halves.
+    s = b.convert(b.convert(_sigmoid(b, g), x.dtype), comp)
+    da = b.mul(s, gy)
+    dg = b.mul(b.mul(b.mul(b.sub(_k(b, 1, s), s), s), a), gy)
     return b.convert(b.concatenate([da, dg], dim), x.dtype)
 
 

@@ -151,3 +151,20 @@ def convolution_backward(b: GraphBuilder, go: Value, x: Value, w: Value, bias_si
     if output_mask[2]:
         gb = b.convert(rsum(b, g, [0, *range(2, 2 + n)]), go.dtype)
     return gi, gw, gb
+
+
+# PyTorch routes convolutions on backends other than CPU/CUDA through the "overrideable" ops.
+@register(aten.convolution_overrideable.default)
+def convolution_overrideable(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride: list[int],
+                             padding: list[int], dilation: list[int], transposed: bool, output_padding: list[int],
+                             groups: int) -> Value:
+    return convolution(b, x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
+
+
+@register(aten.convolution_backward_overrideable.default)
+def convolution_backward_overrideable(b: GraphBuilder, go: Value, x: Value, w: Value, stride: list[int],
+                                      padding: list[int], dilation: list[int], transposed: bool,
+                                      output_padding: list[int], groups: int,
+                                      output_mask: list[bool]) -> tuple[Value | None, Value | None, Value | None]:
+    return convolution_backward(b, go, x, w, None, stride, padding, dilation, transposed, output_padding, groups,
+                                output_mask)
