@@ -5,6 +5,8 @@ PIP    := $(VENV)/bin/pip
 BUILD  ?= build
 export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_DIR ?= $(HOME)/.cache/torch_tpu_ccache
+# Relative paths in the cache key: a clean clone elsewhere (CI) reuses the same cache entries.
+export CCACHE_BASEDIR := $(CURDIR)
 PYTEST_ARGS ?=
 
 .PHONY: all setup build demo test test-cpp test-py test-full ops-table format clean
@@ -40,7 +42,7 @@ test-cpp: build
 	$(BUILD)/tpu_cpp_tests --gtest_brief=1
 
 test-py: build
-	$(PY) -m pytest tests -q -x -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest tests -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test: test-cpp test-py
 

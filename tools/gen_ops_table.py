@@ -212,6 +212,21 @@ def write_markdown(path, results, columns, tot, meta) -> None:
         f.write("\n".join(L) + "\n")
 
 
+def write_json(path, results, columns, tot, meta) -> None:
+    """docs/ops.json: totals, missing lowerings, and per entry {column: status or [status, reason]}."""
+    entries: dict[str, dict] = collections.defaultdict(dict)
+    for col, rs in results.items():
+        for eid, r in rs.items():
+            if r["status"]:
+                entries[eid][col] = [r["status"], r["reason"]] if r["reason"] else r["status"]
+    doc = {"meta": meta, "columns": [f"{m}/{d}" for m, d in columns], "totals": tot,
+           "missing_lowerings": dict(missing_ops(results).most_common()), "entries": dict(sorted(entries.items()))}
+    with open(path, "w") as f:
+        f.write("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in doc.items() if k != "entries"))
+        f.write(',\n"entries": {\n' + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in doc["entries"].items()))
+        f.write("\n}}\n")
+
+
 def write_xfails(path, results, skipped_entries) -> None:
     import opinfo_util as U
 
@@ -337,10 +352,7 @@ def main() -> None:
     partial = bool(a.entries)
     if not partial:
         write_markdown(a.out, results, columns, tot, meta)
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, "columns": [f"{m}/{d}" for m, d in columns], "totals": tot,
-                       "missing_lowerings": dict(missing_ops(results).most_common()),
-                       "results": results}, f, indent=1, sort_keys=False)
+        write_json(a.json, results, columns, tot, meta)
     if a.write_xfails:
         if partial or a.quick or a.columns:
             log("--write-xfails needs the full sweep (no --quick/--columns/--entries); not written")

@@ -8,6 +8,7 @@ from . import _C
 
 
 def register() -> None:
+    _C._runtime_name()  # validates TORCH_TPU_RUNTIME now, with a clear error, not at the first op
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")
     from . import device as device_module

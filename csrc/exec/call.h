@@ -56,6 +56,10 @@ using CompileHook = std::shared_ptr<compiler::Program> (*)(const c10::OperatorHa
                                                            c10::ArrayRef<c10::IValue> args, const CallState& call);
 void set_compile_hook(CompileHook hook);
 
+// The runtime chosen by TORCH_TPU_RUNTIME (validated on first use; throws for an unknown or
+// unavailable runtime).
+runtime::Runtime& selected_runtime();
+
 // Compiles a deserialized graph into a Program (verifier, runtime compile). Used by the hook.
 void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes);
 

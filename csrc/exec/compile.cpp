@@ -1,5 +1,6 @@
 // Turning a lowered graph into an executable program: verify (debug mode or TORCH_TPU_VERIFY),
 // then compile on the runtime.
+#include "common/check.h"
 #include "common/config.h"
 #include "exec/call.h"
 #include "exec/mode.h"
@@ -7,10 +8,22 @@
 
 namespace torch_tpu::exec {
 
+runtime::Runtime& selected_runtime() {
+  static runtime::Runtime* rt = [] {
+    std::string name = config::get("TORCH_TPU_RUNTIME");
+    TPU_CHECK_NOT_IMPLEMENTED(name != "pjrt",
+                              "TORCH_TPU_RUNTIME=pjrt: the PJRT runtime is not part of this build yet; "
+                              "use TORCH_TPU_RUNTIME=host (the default)");
+    TPU_CHECK_VALUE(name == "host", "unknown TORCH_TPU_RUNTIME '", name, "' (expected 'host' or 'pjrt')");
+    return &runtime::host_runtime();
+  }();
+  return *rt;
+}
+
 void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes) {
   static const bool always_verify = config::get_bool("TORCH_TPU_VERIFY");
   if (always_verify || mode() == Mode::Debug) ir::verify(program.graph);
-  program.executable = runtime::host_runtime().compile(program.graph, output_nodes);
+  program.executable = selected_runtime().compile(program.graph, output_nodes);
   // Work estimate: elements produced, plus multiply-adds of contractions.
   constexpr int64_t kInlineLimit = 1 << 15;
   int64_t work = 0;

@@ -53,7 +53,20 @@ ArgKind classify(const c10::Argument& a) {
 std::mutex g_info_mu;
 std::unordered_map<const c10::FunctionSchema*, OpInfo*> g_infos;
 
+OpInfo& op_info_locked(const c10::OperatorHandle& op);
+
+// Per-thread memo in front of the shared table: the per-op path takes no lock for it.
 OpInfo& op_info(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, OpInfo*> memo;
+  const auto* key = &op.schema();
+  auto it = memo.find(key);
+  if (it != memo.end()) return *it->second;
+  OpInfo& info = op_info_locked(op);
+  memo.emplace(key, &info);
+  return info;
+}
+
+OpInfo& op_info_locked(const c10::OperatorHandle& op) {
   const auto* key = &op.schema();
   std::lock_guard<std::mutex> g(g_info_mu);
   auto it = g_infos.find(key);
@@ -328,32 +341,33 @@ void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& n
   }
 }
 
+at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceIndex device) {
+  auto& alloc = device::DeviceAllocator::get();
+  int64_t n = 1;
+  for (auto s : spec.shape) n *= s;
+  size_t bytes = static_cast<size_t>(n) * c10::elementSize(spec.dtype);
+  auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), bytes,
+                                                       alloc.allocate_on(device, bytes), &alloc, /*resizable=*/true);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                    c10::scalarTypeToTypeMeta(spec.dtype));
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(spec.shape);
+  return t;
+}
+
 void execute(const std::shared_ptr<compiler::Program>& prog, CallState& st, size_t nargs, torch::jit::Stack* stack) {
-  auto work = std::make_unique<ProgramWork>();
+  runtime::RngState rng;
   if (prog->rng_counters > 0) {
     at::Generator gen = st.generator.has_value() && st.generator->defined()
                             ? *st.generator
                             : device::default_generator(st.device.index());
-    auto* impl = gen.get<device::TpuGenerator>();
-    auto [seed, offset] = impl->reserve(prog->rng_counters);
-    work->rng = runtime::RngState{seed, offset};
+    auto [seed, offset] = gen.get<device::TpuGenerator>()->reserve(prog->rng_counters);
+    rng = runtime::RngState{seed, offset};
   }
   std::vector<at::Tensor> news;
   news.reserve(prog->new_tensors.size());
-  auto& alloc = device::DeviceAllocator::get();
-  for (const auto& spec : prog->new_tensors) {
-    int64_t n = 1;
-    for (auto s : spec.shape) n *= s;
-    auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(),
-                                                         static_cast<size_t>(n) * c10::elementSize(spec.dtype),
-                                                         alloc.allocate_on(st.device.index(), static_cast<size_t>(n) * c10::elementSize(spec.dtype)),
-                                                         &alloc, /*resizable=*/true);
-    auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                      c10::scalarTypeToTypeMeta(spec.dtype));
-    t.unsafeGetTensorImpl()->set_sizes_contiguous(spec.shape);
-    news.push_back(std::move(t));
-  }
-  work->outputs.reserve(prog->outputs.size());
+  for (const auto& spec : prog->new_tensors) news.push_back(new_device_tensor(spec, st.device.index()));
+  std::vector<runtime::OutputTarget> outputs;
+  outputs.reserve(prog->outputs.size());
   for (const auto& o : prog->outputs) {
     if (o.target >= 0) {
       at::Tensor& t = st.tensors[static_cast<size_t>(o.target)];
@@ -362,23 +376,30 @@ void execute(const std::shared_ptr<compiler::Program>& prog, CallState& st, size
         device::synchronize_device(st.device.index());  // resizing may move memory queued work uses
         t.resize_(shape);
       }
-      work->outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(t)});
+      outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(t)});
     } else {
-      work->outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(news[static_cast<size_t>(o.new_index)])});
+      outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(news[static_cast<size_t>(o.new_index)])});
     }
   }
-  work->program = prog;
-  work->inputs = std::move(st.bindings);
-  work->keep_alive = st.tensors;
-  for (const auto& t : news) work->keep_alive.push_back(t);
   metrics().programs_executed++;
   c10::Stream stream = device::current_stream(st.device.index());
-  if (mode() == Mode::Debug) {
-    device::synchronize_stream(stream);
-    work->run();
-  } else if (prog->run_inline_when_idle && device::query_stream(stream)) {
-    work->run();  // nothing queued ahead of it: same order as the queue, without the handoff
+  const bool debug = mode() == Mode::Debug;
+  if (debug) device::synchronize_stream(stream);
+  if (debug || (prog->run_inline_when_idle && device::query_stream(stream))) {
+    // On the calling thread: nothing is queued ahead of it, so the order is the queue's, and
+    // the caller's references keep every tensor alive for the duration.
+    prog->executable->run(st.bindings, outputs, rng);
   } else {
+    auto work = std::make_unique<ProgramWork>();
+    work->program = prog;
+    work->rng = rng;
+    work->outputs = std::move(outputs);
+    work->inputs = std::move(st.bindings);
+    work->keep_alive.reserve(st.tensors.size() + news.size());
+    for (const auto& t : st.tensors) {
+      if (t.defined()) work->keep_alive.push_back(t);
+    }
+    for (const auto& t : news) work->keep_alive.push_back(t);
     device::enqueue(stream, std::move(work));
   }
   torch::jit::drop(*stack, nargs);

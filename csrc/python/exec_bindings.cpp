@@ -150,6 +150,7 @@ void init_exec_bindings(py::module_& m) {
     *g_lower = std::move(fn);
     exec::set_compile_hook(&compile_with_python);
   });
+  m.def("_runtime_name", [] { return std::string(exec::selected_runtime().name()); });
   m.def("_get_mode", [] { return std::string(exec::mode_name(exec::mode())); });
   m.def("_set_mode", [](const std::string& name) {
     py::gil_scoped_release no_gil;

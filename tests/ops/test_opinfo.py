@@ -36,7 +36,7 @@ import torch_tpu
 import opinfo_util as U
 from expected_failures import EXPECTED_FAILURES
 
-DEBUG_STRIDE = 1 if U.FULL else 5
+DEBUG_STRIDE = 1 if U.FULL else 2
 
 
 @pytest.fixture(autouse=True, scope="module")
