@@ -39,6 +39,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&exec::lowered_op_kernel>());
   m.impl("convolution_backward_overrideable",
          torch::CppFunction::makeFromBoxedFunction<&exec::lowered_op_kernel>());
+  // Norms: PyTorch's composite fallbacks for other backends route layer/group norm through
+  // batch norm; lowering them directly gives one program per call (and CPU's numerics).
+  for (const char* name : {"native_layer_norm", "native_layer_norm_backward", "native_group_norm",
+                           "native_group_norm_backward"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&exec::lowered_op_kernel>());
+  }
   // attention backend choice
   m.impl("_fused_sdp_choice", torch::CppFunction::makeFromBoxedFunction<&fused_sdp_choice>());
 }
