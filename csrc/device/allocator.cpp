@@ -50,13 +50,15 @@ struct Pool {
   }
 };
 
+// Leaked on purpose: tensors can be freed during interpreter shutdown, after static
+// destructors would have run.
 std::vector<std::unique_ptr<Pool>>& pools() {
-  static std::vector<std::unique_ptr<Pool>> p = [] {
-    std::vector<std::unique_ptr<Pool>> v;
-    for (int i = 0; i < count(); ++i) v.push_back(std::make_unique<Pool>());
+  static auto* p = [] {
+    auto* v = new std::vector<std::unique_ptr<Pool>>();
+    for (int i = 0; i < count(); ++i) v->push_back(std::make_unique<Pool>());
     return v;
   }();
-  return p;
+  return *p;
 }
 
 Pool& pool(c10::DeviceIndex d) {

@@ -19,10 +19,15 @@ namespace torch_tpu::device {
 
 class StreamQueue {
  public:
+  static constexpr uint64_t kMaxQueued = 256;
+
   StreamQueue(c10::DeviceIndex device, c10::StreamId id) : device_(device), id_(id) {}
 
   uint64_t enqueue(std::unique_ptr<Work> work) {
     rethrow_pending();
+    // Bounded run-ahead (like a GPU's launch queue): a host that races thousands of ops ahead
+    // would allocate fresh memory for every queued output instead of reusing freed blocks.
+    if (enqueued_.load() - completed_.load() >= kMaxQueued) wait(enqueued_.load() - kMaxQueued / 2);
     uint64_t ticket;
     bool wake;
     {

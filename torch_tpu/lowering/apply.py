@@ -254,7 +254,9 @@ class _Tracer(TorchDispatchMode):
                     self.env[id(t)] = v
             else:
                 self.env[id(src)] = nv
-        outs = meta_out if isinstance(meta_out, (tuple, list)) else [meta_out]
+        # One entry per schema return: a single Tensor[] return (broadcast_tensors, split) is one
+        # entry holding a list, not one entry per tensor.
+        outs = list(meta_out) if len(func._schema.returns) > 1 else [meta_out]
         for o, r in zip(outs, returns):
             if isinstance(r, tuple) and r and r[0] == "arg":
                 continue

@@ -40,13 +40,16 @@ def _bn_stats(b: GraphBuilder, x: Value, dims: list[int]) -> tuple[Value, Value]
 
 
 def _bn_apply(b: GraphBuilder, xc: Value, mean: Value, invstd: Value, w: Value | None, bias: Value | None) -> Value:
+    """y = x * alpha + beta with per-channel alpha = invstd * w, beta = bias - mean * alpha: the
+    CPU kernel's formula (batch_norm_cpu_transform_input), so results round like CPU's."""
     comp = xc.dtype
-    y = b.mul(b.sub(xc, _chan(b, mean, xc.shape, comp)), _chan(b, invstd, xc.shape, comp))
+    alpha = b.convert(invstd, comp)
     if w is not None:
-        y = b.mul(y, _chan(b, w, xc.shape, comp))
+        alpha = b.mul(alpha, b.convert(w, comp))
+    beta = b.neg(b.mul(b.convert(mean, comp), alpha))
     if bias is not None:
-        y = b.add(y, _chan(b, bias, xc.shape, comp))
-    return y
+        beta = b.add(b.convert(bias, comp), beta)
+    return b.add(b.mul(xc, _chan(b, alpha, xc.shape, comp)), _chan(b, beta, xc.shape, comp))
 
 
 def _batch_norm(b: GraphBuilder, x: Value, w: Value | None, bias: Value | None, rm: Value | None, rv: Value | None,
@@ -60,7 +63,9 @@ def _batch_norm(b: GraphBuilder, x: Value, w: Value | None, bias: Value | None, 
     e = splat(b, eps, comp, (c,))
     if training:
         cnt = math.prod(x.shape[d] for d in dims)
-        check(cnt > 1, f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
+        # ATen's kernel accepts one value per channel (the "more than 1 value per channel" check is
+        # torch.nn.functional.batch_norm's, in Python): the unbiased running variance is then 0/0 = NaN.
+        check(x.numel() > 0, f"input tensor must have at least one element, but got input_sizes = {list(x.shape)}")
         mean, var = _bn_stats(b, xc, dims)
         invstd = b.rsqrt(b.add(var, e))
         out = _bn_apply(b, xc, mean, invstd, w, bias)
@@ -70,7 +75,8 @@ def _batch_norm(b: GraphBuilder, x: Value, w: Value | None, bias: Value | None, 
         if rm is not None:
             new_rm = b.convert(b.add(b.mul(one_m, b.convert(rm, comp)), b.mul(m, mean)), rm.dtype)
         if rv is not None:  # running variance is unbiased
-            unbiased = b.mul(var, full(b, cnt / (cnt - 1), comp, (c,)))
+            unbiased = (b.mul(var, full(b, cnt / (cnt - 1), comp, (c,))) if cnt > 1
+                        else full(b, math.nan, comp, (c,)))
             new_rv = b.convert(b.add(b.mul(one_m, b.convert(rv, comp)), b.mul(m, unbiased)), rv.dtype)
         # CPU saves the statistics in the input dtype in training mode.
         return (b.convert(out, x.dtype), b.convert(mean, x.dtype), b.convert(invstd, x.dtype), new_rm, new_rv)
