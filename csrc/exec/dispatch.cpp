@@ -89,6 +89,12 @@ OpInfo& op_info_locked(const c10::OperatorHandle& op) {
   return *info;
 }
 
+inline int64_t double_bits(double d) {
+  int64_t bits;
+  std::memcpy(&bits, &d, sizeof(bits));
+  return bits;
+}
+
 inline void mix(CallState& st, int64_t w) {
   st.key.push_back(w);
   // FNV-1a style mixing over 64-bit words: cheap, good enough for a hash-map key.
@@ -134,13 +140,7 @@ void add_scalar_binding(CallState& st, const c10::Scalar& s, c10::ScalarType dty
   // can drop the multiply. Other values stay runtime inputs, so a changing lr never recompiles.
   mix(st, scalar_special(b));
   if (bake) {
-    int64_t bits;
-    if (c10::isFloatingType(dtype)) {
-      std::memcpy(&bits, &b.d, sizeof(bits));
-    } else {
-      bits = b.i;
-    }
-    mix(st, bits);
+    mix(st, c10::isFloatingType(dtype) ? double_bits(b.d) : b.i);
   }
   st.bindings.push_back(std::move(b));
   st.tensors.emplace_back();
@@ -245,20 +245,13 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
           mix(st, static_cast<int64_t>(l.size()));
           for (int64_t x : l) mix(st, x);
         } else if (v.isDouble()) {
-          double d = v.toDouble();
-          int64_t bits;
-          std::memcpy(&bits, &d, sizeof(bits));
           mix(st, kTagDouble);
-          mix(st, bits);
+          mix(st, double_bits(v.toDouble()));
         } else if (v.isDoubleList()) {
           auto l = v.toDoubleList();
           mix(st, kTagList);
           mix(st, static_cast<int64_t>(l.size()));
-          for (double d : l) {
-            int64_t bits;
-            std::memcpy(&bits, &d, sizeof(bits));
-            mix(st, bits);
-          }
+          for (double d : l) mix(st, double_bits(d));
         } else if (v.isBoolList()) {
           auto l = v.toBoolList();
           mix(st, kTagList);
@@ -282,17 +275,11 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
           mix(st, static_cast<int64_t>(l.size()));
           for (const auto& e : l) {
             TPU_CHECK(e.isScalar(), "unsupported list argument for ", info.qualname);
-            double d = e.toScalar().toDouble();
-            int64_t bits;
-            std::memcpy(&bits, &d, sizeof(bits));
-            mix(st, bits);
+            mix(st, double_bits(e.toScalar().toDouble()));
           }
         } else if (v.isScalar()) {
-          double d = v.toScalar().toDouble();
-          int64_t bits;
-          std::memcpy(&bits, &d, sizeof(bits));
           mix(st, kTagDouble);
-          mix(st, bits);
+          mix(st, double_bits(v.toScalar().toDouble()));
         } else {
           mix(st, kTagOther);
           mix(st, static_cast<int64_t>(v.tagKind().size()));

@@ -81,13 +81,33 @@ def _conv_weight_grad(b: GraphBuilder, x: Value, go: Value, k: Sequence[int], st
     return b.transpose(gw, (1, 0, *range(2, 2 + n)))
 
 
+_INT_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte"}
+
+
+def _conv_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Computation dtype: float32 for half types (CPU accumulates in float32); float64 for integers.
+
+    The IR convolution takes float operands only. CPU convolves integers in their own dtype with
+    wrap-around arithmetic; float64 products and sums are exact while every partial sum stays
+    below 2**53 in magnitude, and the result then goes through int64, so narrow integer types wrap
+    exactly like CPU's. Beyond 2**53 (huge int64 values) results would differ: an exact integer
+    convolution needs an integer IR convolution (a C++/IR change).
+    """
+    if not dtype.is_floating_point:
+        return torch.float64
+    return opmath(dtype)
+
+
 @register(aten.convolution.default)
 def convolution(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride: list[int], padding: list[int],
                 dilation: list[int], transposed: bool, output_padding: list[int], groups: int) -> Value:
     n = w.rank - 2
     check(n >= 1, f"weight should have at least three dimensions, got {w.rank}")
     check(x.dtype == w.dtype, f"Input type ({x.dtype}) and weight type ({w.dtype}) should be the same")
-    check(x.dtype.is_floating_point, f"\"slow_conv2d_cpu\" not implemented for '{x.dtype}'", NotImplementedError)
+    check(x.dtype != torch.bool, "\"slow_conv2d_cpu\" not implemented for 'Bool'", NotImplementedError)
+    if transposed and not x.dtype.is_floating_point and x.dtype != torch.int64:
+        raise NotImplementedError(f"\"slow_conv_transpose{w.rank - 2}d_out_cpu\" not implemented for "
+                                  f"'{_INT_NAMES[x.dtype]}'")
     # aten.convolution takes batched input only (conv2d & co. add the batch dim before it).
     check(x.rank == n + 2, f"Expected {n + 2}-dimensional input for {n + 2}-dimensional weight {list(w.shape)}, "
           f"but got {x.rank}-dimensional input of size {list(x.shape)} instead")
@@ -95,7 +115,7 @@ def convolution(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride:
     dilation, output_padding = _expand(dilation, n, "dilation"), _expand(output_padding, n, "output_padding")
     check(all(s > 0 for s in stride), "non-positive stride is not supported")
     check(all(p >= 0 for p in padding), "negative padding is not supported")
-    comp = opmath(x.dtype)
+    comp = _conv_dtype(x.dtype)
     xc, wc = b.convert(x, comp), b.convert(w, comp)
     if transposed:
         check(x.shape[1] == w.shape[0], f"Given transposed=1, weight of size {list(w.shape)}, expected input"
@@ -109,6 +129,8 @@ def convolution(b: GraphBuilder, x: Value, w: Value, bias: Value | None, stride:
         check(bias.shape == (y.shape[1],), f"Given weight of size {list(w.shape)}, expected bias to be 1-dimensional "
               f"with {y.shape[1]} elements, but got bias of size {list(bias.shape)} instead")
         y = b.add(y, b.broadcast_in_dim(b.convert(bias, comp), y.shape, (1,)))
+    if not x.dtype.is_floating_point:  # via int64, so that narrow integer results wrap like CPU's
+        y = b.convert(b.convert(y, torch.int64), x.dtype)
     return b.convert(y, x.dtype)
 
 
@@ -134,8 +156,11 @@ def convolution_backward(b: GraphBuilder, go: Value, x: Value, w: Value, bias_si
     gi = gw = gb = None
     if output_mask[0]:
         if transposed:
-            # The adjoint of a transposed convolution is the plain convolution with the same weight.
-            gi = _conv_forward(b, g, wc, stride, padding, dilation, groups)
+            # The adjoint of a transposed convolution is the plain convolution with the same weight;
+            # the output_padding positions at the high end of grad_output map to no input element
+            # (they matter when output_padding >= stride, allowed with dilation), so crop them.
+            hi = [padding[i] - output_padding[i] for i in range(n)]
+            gi = b.convolution(g, wc, stride, padding, hi, [1] * n, dilation, groups)
         else:
             # Output padding recovers the input positions the forward's floor division dropped.
             op = [x.shape[2 + i] - ((go.shape[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (k[i] - 1) + 1)

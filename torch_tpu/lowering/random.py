@@ -295,7 +295,12 @@ def native_dropout(b: GraphBuilder, x: Value, p: Value | float, train: bool | No
 
 @register(aten.native_dropout_backward.default)
 def native_dropout_backward(b: GraphBuilder, grad: Value, mask: Value, scale: Value | float) -> Value:
-    comp = opmath(grad.dtype)
-    g = b.convert(grad, comp)
-    m = b.convert(broadcast_to(b, mask, grad.shape), comp)
-    return b.convert(b.mul(b.mul(g, m), _s(b, scale, comp, grad.shape)), grad.dtype)
+    # CPU computes grad * mask * scale: grad * mask keeps grad's dtype (bool & bool for bool grads),
+    # and the double scale then promotes integer and bool results to the default float dtype.
+    shape = broadcast_shapes(grad.shape, mask.shape)
+    g = broadcast_to(b, grad, shape)
+    m = broadcast_to(b, b.convert(mask, grad.dtype), shape)
+    gm = b.binary("and", g, m) if grad.dtype == torch.bool else b.mul(g, m)
+    res = grad.dtype if grad.dtype.is_floating_point else torch.get_default_dtype()
+    comp = opmath(res)
+    return b.convert(b.mul(b.convert(gm, comp), _s(b, scale, comp, shape)), res)
