@@ -23,6 +23,10 @@ const std::vector<EnvVar>& registry() {
        "`cpu` runs ops with no lowering on the CPU (warns once per op, counted in "
        "torch_tpu.metrics()); `none` raises NotImplementedError. Python: torch_tpu.set_fallback()."},
       {"TORCH_TPU_PROGRAM_CACHE_SIZE", "8192", "Programs kept in the in-memory program cache (LRU)."},
+      {"TORCH_TPU_INLINE_WORK", "32768",
+       "Strict mode runs a program on the calling thread, instead of the stream's worker, when "
+       "its stream is idle and its work estimate (elements produced; contractions x64) is at most "
+       "this. 0 queues everything."},
       {"TORCH_TPU_VERIFY", "0",
        "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
   };

@@ -1,5 +1,6 @@
 #include "device/stream.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -19,7 +20,9 @@ namespace torch_tpu::device {
 
 class StreamQueue {
  public:
-  static constexpr uint64_t kMaxQueued = 256;
+  // Deep enough to hide Python's dispatch time, shallow enough that queued outputs recycle
+  // cache-warm memory.
+  static constexpr uint64_t kMaxQueued = 64;
 
   StreamQueue(c10::DeviceIndex device, c10::StreamId id) : device_(device), id_(id) {}
 
@@ -82,9 +85,11 @@ class StreamQueue {
 
  private:
   void loop() {
-    // Kernels on a stream worker run single-threaded: the Python thread keeps the other core
-    // busy dispatching, and two OpenMP teams on two cores oversubscribe badly (measured 7x
-    // slower for a 512x512 add). Programs that run inline on the caller keep ATen's threads.
+    // Kernels on a stream worker run single-threaded. A second OpenMP team (the worker's, next
+    // to the Python thread's) spin-waits between parallel regions and steals the core the
+    // Python thread dispatches on: measured 7x slower for a 512x512 add, even when the worker
+    // switches to several threads only while the host is blocked. Programs that run inline on
+    // the calling thread keep ATen's intra-op threads.
     omp_set_num_threads(1);
     std::deque<std::unique_ptr<Work>> batch;
     for (;;) {

@@ -25,7 +25,7 @@ void finish_program(compiler::Program& program, const std::vector<int32_t>& outp
   if (always_verify || mode() == Mode::Debug) ir::verify(program.graph);
   program.executable = selected_runtime().compile(program.graph, output_nodes);
   // Work estimate: elements produced, plus multiply-adds of contractions.
-  constexpr int64_t kInlineLimit = 1 << 15;
+  static const int64_t kInlineLimit = config::get_int("TORCH_TPU_INLINE_WORK");
   int64_t work = 0;
   for (int32_t i = 0; i < program.graph.size(); ++i) {
     const ir::Node& n = program.graph.node(i);

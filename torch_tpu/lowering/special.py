@@ -1,0 +1,281 @@
+"""Lowerings: special functions and small ops built from IR arithmetic.
+
+angle (real dtypes), polygamma (digamma / trigamma / Hurwitz zeta), prims::zeta, cummax/cummin
+helpers, put, tril_indices/triu_indices. Each follows the CPU kernel's algorithm (ATen's
+Math.h for the special functions) in the op-math dtype, so results agree with CPU to rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..ir.builder import GraphBuilder, Value
+from .core import Kind, broadcast_shapes, canonical_dim, opmath, result_dtypes
+from .nn import check
+from .registry import register
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def _k(b: GraphBuilder, value: float | int | bool, like: Value) -> Value:
+    return b.full(value, like.dtype, like.shape)
+
+
+def _isnan(b: GraphBuilder, x: Value) -> Value:
+    return b.compare("ne", x, x)
+
+
+def _unary_comp(x: Value) -> tuple[torch.dtype, torch.dtype]:
+    """(computation, result) dtypes of a float unary op (ints promote to the default float)."""
+    comp, res = result_dtypes(x, kind=Kind.INT_TO_FLOAT)
+    return opmath(res), res
+
+
+# -- angle -------------------------------------------------------------------------------------
+
+@register(aten.angle.default)
+def angle(b: GraphBuilder, x: Value) -> Value:
+    """Real inputs: pi for negative values, 0 otherwise, NaN propagates (CPU's angle_impl)."""
+    comp, res = _unary_comp(x)
+    xc = b.convert(x, comp)
+    out = b.select(b.compare("lt", xc, _k(b, 0, xc)), _k(b, math.pi, xc), _k(b, 0, xc))
+    if comp.is_floating_point:
+        out = b.select(_isnan(b, xc), xc, out)
+    return b.convert(out, res)
+
+
+# -- polygamma / zeta --------------------------------------------------------------------------
+
+def _trigamma(b: GraphBuilder, x: Value) -> Value:
+    """ATen's calc_trigamma: reflection below 0.5, six recurrence steps, asymptotic series."""
+    one = _k(b, 1, x)
+    neg = b.compare("lt", x, _k(b, 0.5, x))
+    s = b.sin(b.mul(_k(b, math.pi, x), x))
+    refl = b.neg(b.div(_k(b, math.pi * math.pi, x), b.mul(s, s)))
+    result = b.select(neg, refl, _k(b, 0, x))
+    sign = b.select(neg, _k(b, -1, x), one)
+    x = b.select(neg, b.sub(one, x), x)
+    for _ in range(6):
+        result = b.add(result, b.div(one, b.mul(x, x)))
+        x = b.add(x, one)
+    ixx = b.div(one, b.mul(x, x))
+    inner = b.sub(_k(b, 1 / 30, x), b.mul(ixx, _k(b, 1 / 42, x)))
+    inner = b.sub(_k(b, 1 / 6, x), b.mul(ixx, inner))
+    series = b.add(b.add(one, b.div(one, b.mul(_k(b, 2, x), x))), b.mul(ixx, inner))
+    result = b.add(result, b.div(series, x))
+    return b.mul(sign, result)
+
+
+_ZETA_A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+           -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
+           1.8152105401943546773e17, -7.1661652561756670113e18)
+
+
+def _zeta(b: GraphBuilder, x: Value, q: Value, extra_terms: int = 24) -> Value:
+    """Hurwitz zeta(x, q) as Cephes/ATen compute it (Euler-Maclaurin summation).
+
+    The direct sum runs while i < 9 or a <= 9; it is unrolled to 9 + extra_terms steps, each
+    masked by that condition, so q >= -extra_terms is covered exactly. ATen's early exits on
+    convergence (|term/sum| < 1e-16) only skip terms below rounding, so they are not modelled."""
+    one, zero = _k(b, 1, x), _k(b, 0, x)
+    a = q
+    s = b.pow(q, b.neg(x))
+    bb = zero
+    for i in range(9 + extra_terms):
+        active = b.compare("le", a, _k(b, 9, x)) if i >= 9 else None
+        a_new = b.add(a, one)
+        b_new = b.pow(a_new, b.neg(x))
+        if active is None:
+            a, bb, s = a_new, b_new, b.add(s, b_new)
+        else:
+            a = b.select(active, a_new, a)
+            bb = b.select(active, b_new, bb)
+            s = b.select(active, b.add(s, b_new), s)
+    w = a
+    s = b.add(s, b.div(b.mul(bb, w), b.sub(x, one)))
+    s = b.sub(s, b.mul(_k(b, 0.5, x), bb))
+    aa = one
+    k = zero
+    for coef in _ZETA_A:
+        aa = b.mul(aa, b.add(x, k))
+        bb = b.div(bb, w)
+        t = b.div(b.mul(aa, bb), _k(b, coef, x))
+        s = b.add(s, t)
+        k = b.add(k, one)
+        aa = b.mul(aa, b.add(x, k))
+        bb = b.div(bb, w)
+        k = b.add(k, one)
+    # Domain: x == 1 -> inf; x < 1 -> NaN; q <= 0 integer -> inf; q <= 0 with x non-integer -> NaN.
+    inf, nan = _k(b, math.inf, x), _k(b, math.nan, x)
+    q_le0 = b.compare("le", q, zero)
+    q_int = b.compare("eq", q, b.floor(q))
+    x_int = b.compare("eq", x, b.floor(x))
+    s = b.select(b.binary("and", q_le0, b.unary("not", x_int)), nan, s)
+    s = b.select(b.binary("and", q_le0, q_int), inf, s)
+    s = b.select(b.compare("lt", x, one), nan, s)
+    s = b.select(b.compare("eq", x, one), inf, s)
+    return s
+
+
+@register(prims.zeta.default, aten.special_zeta.default)
+def zeta(b: GraphBuilder, x: Value, q: Value) -> Value:
+    comp, res = result_dtypes(x, q, kind=Kind.INT_TO_FLOAT)
+    comp = opmath(res)
+    shape = broadcast_shapes(x.shape, q.shape)
+    xs = [b.broadcast_in_dim(b.convert(v, comp), shape, tuple(range(len(shape) - v.rank, len(shape))))
+          if v.shape != shape else b.convert(v, comp) for v in (x, q)]
+    return b.convert(_zeta(b, xs[0], xs[1]), res)
+
+
+@register(aten.polygamma.default)
+def polygamma(b: GraphBuilder, n: int, x: Value) -> Value:
+    check(n >= 0, "polygamma(n, x) does not support negative n.")
+    comp, res = _unary_comp(x)
+    xc = b.convert(x, comp)
+    if n == 0:
+        out = b.digamma(xc)
+    elif n == 1:
+        out = _trigamma(b, xc)
+    else:  # (-1)^(n+1) * n! * zeta(n + 1, x)
+        fact = math.exp(math.lgamma(n + 1))
+        out = b.mul(_k(b, (1.0 if n % 2 else -1.0) * fact, xc), _zeta(b, _k(b, n + 1, xc), xc))
+    return b.convert(out, res)
+
+
+# -- cummax / cummin ---------------------------------------------------------------------------
+
+def _cum_extreme(b: GraphBuilder, x: Value, dim: int, kind: str) -> tuple[Value, Value]:
+    """Values by an inclusive scan; the index is the last position whose element equals the running
+    extreme (CPU updates on x >= out / x <= out, and on every NaN once NaN is reached)."""
+    if x.rank == 0:
+        return x, b.full(0, torch.int64, ())
+    d = canonical_dim(dim, x.rank)
+    xs = b.convert(x, torch.uint8) if x.dtype == torch.bool else x
+    vals = b.scan(xs, kind, d)
+    hit = b.compare("eq", xs, vals)
+    if xs.dtype.is_floating_point:
+        hit = b.binary("or", hit, _isnan(b, xs))
+    pos = b.iota(torch.int64, x.shape, d)
+    idx = b.scan(b.select(hit, pos, b.full(-1, torch.int64, x.shape)), "max", d)
+    return b.convert(vals, x.dtype), idx
+
+
+@register(aten._cummax_helper.default)
+def cummax_helper(b: GraphBuilder, x: Value, values: Value, indices: Value, dim: int):
+    return _cum_extreme(b, x, dim, "max")
+
+
+@register(aten._cummin_helper.default)
+def cummin_helper(b: GraphBuilder, x: Value, values: Value, indices: Value, dim: int):
+    return _cum_extreme(b, x, dim, "min")
+
+
+# -- put ---------------------------------------------------------------------------------------
+
+@register(aten.put.default)
+def put(b: GraphBuilder, x: Value, index: Value, source: Value, accumulate: bool = False) -> Value:
+    check(index.dtype == torch.int64, f"put_(): Expected a long tensor for index, but got {index.dtype}")
+    check(source.dtype == x.dtype, f"put_(): self and source expected to have the same dtype, but got "
+          f"self.dtype = {x.dtype} and source.dtype = {source.dtype}")
+    check(index.numel() == source.numel(), f"put_(): Expected source and index to have the same number of "
+          f"elements, but got source.numel() = {source.numel()}, index.numel() = {index.numel()}")
+    n = x.numel()
+    if index.numel() == 0:
+        return x
+    check(n > 0, "put_(): Tried to put elements into an empty tensor")
+    m = index.numel()
+    idx = b.reshape(index, (m,))
+    zero, nn = b.full(0, torch.int64, (m,)), b.full(n, torch.int64, (m,))
+    idx = b.select(b.compare("lt", idx, zero), b.add(idx, nn), idx)
+    ok = b.binary("and", b.compare("ge", idx, zero), b.compare("lt", idx, nn))
+    idx = b.select(ok, idx, b.full(-1, torch.int64, (m,)))  # out of range: IndexError at run time
+    flat = b.reshape(x, (n,))
+    src = b.reshape(source, (m,))
+    if accumulate and x.dtype == torch.bool:
+        out = b.scatter(flat, idx, src, 0, "max")
+    else:
+        out = b.scatter(flat, idx, src, 0, "add" if accumulate else "replace")
+    return b.reshape(out, x.shape)
+
+
+# -- tril_indices / triu_indices ---------------------------------------------------------------
+
+def _tri_indices(b: GraphBuilder, row: int, col: int, offset: int, lower: bool, dtype: torch.dtype | None) -> Value:
+    """[2, N] coordinates of the kept triangle in row-major order: mask a [row, col] iota grid,
+    number the kept cells with a prefix sum, and scatter their coordinates to those slots."""
+    check(row >= 0, f"row must be non-negative, got{row}")
+    check(col >= 0, f"col must be non-negative, got{col}")
+    if isinstance(dtype, int):  # a schema default (ScalarType code) rather than a torch.dtype
+        from .bridge import _SCALAR_TYPES
+        dtype = _SCALAR_TYPES[dtype]
+    dtype = dtype or torch.int64
+    if lower:
+        count = sum(max(0, min(col, r + offset + 1)) for r in range(row))
+    else:
+        count = sum(max(0, col - max(0, r + offset)) for r in range(row))
+    if count == 0 or row * col == 0:
+        return b.full(0, dtype, (2, count))
+    shape = (row, col)
+    r = b.iota(torch.int64, shape, 0)
+    c = b.iota(torch.int64, shape, 1)
+    rel = b.sub(c, r)
+    off = b.full(offset, torch.int64, shape)
+    keep = b.compare("le", rel, off) if lower else b.compare("ge", rel, off)
+    flat_keep = b.reshape(keep, (row * col,))
+    slot = b.sub(b.scan(b.convert(flat_keep, torch.int64), "sum", 0), b.full(1, torch.int64, (row * col,)))
+    slot = b.select(flat_keep, slot, b.full(count, torch.int64, (row * col,)))  # dropped cells -> spare slot
+    outs = []
+    for coord in (r, c):
+        dst = b.full(0, torch.int64, (count + 1,))
+        placed = b.scatter(dst, slot, b.reshape(coord, (row * col,)), 0, "replace")
+        outs.append(b.reshape(b.slice(placed, (0,), (count,)), (1, count)))
+    return b.convert(b.concatenate(outs, 0), dtype)
+
+
+@register(aten.tril_indices.default)
+def tril_indices(b: GraphBuilder, row: int, col: int, offset: int = 0, dtype=None, layout=None, device=None,
+                 pin_memory=None) -> Value:
+    return _tri_indices(b, row, col, offset, True, dtype)
+
+
+@register(aten.triu_indices.default)
+def triu_indices(b: GraphBuilder, row: int, col: int, offset: int = 0, dtype=None, layout=None, device=None,
+                 pin_memory=None) -> Value:
+    return _tri_indices(b, row, col, offset, False, dtype)
+
+
+# -- cross -------------------------------------------------------------------------------------
+
+@register(aten.linalg_cross.default)
+def linalg_cross(b: GraphBuilder, x: Value, y: Value, dim: int = -1) -> Value:
+    """r_i = x_{i+1} y_{i+2} - x_{i+2} y_{i+1} along dim. Like CPU's cross kernel, half types round
+    each product and the difference to their own dtype (no float32 accumulation across them)."""
+    check(x.rank == y.rank, "linalg.cross: inputs must have the same number of dimensions.")
+    dtype = result_dtypes(x, y, kind=Kind.NO_OPMATH)[1]
+    shape = broadcast_shapes(x.shape, y.shape)
+    d = canonical_dim(dim, len(shape))
+    check(x.shape[d] == 3 and y.shape[d] == 3, f"linalg.cross: inputs dimension {dim} must have length 3. "
+          f"Got {x.shape[d]} and {y.shape[d]}")
+    from .core import broadcast_to
+    xs, ys = (broadcast_to(b, b.convert(v, dtype), shape) for v in (x, y))
+    comp = opmath(dtype)
+
+    def comp_of(v: Value, i: int) -> Value:
+        lo = [0] * len(shape)
+        hi = list(shape)
+        lo[d], hi[d] = i, i + 1
+        return b.convert(b.slice(v, lo, hi), comp)
+
+    def rnd(v: Value) -> Value:
+        return b.convert(b.convert(v, dtype), comp)
+
+    parts = []
+    for i in range(3):
+        j, k = (i + 1) % 3, (i + 2) % 3
+        p1 = rnd(b.mul(comp_of(xs, j), comp_of(ys, k)))
+        p2 = rnd(b.mul(comp_of(xs, k), comp_of(ys, j)))
+        parts.append(b.convert(b.sub(p1, p2), dtype))
+    return b.concatenate(parts, d)
