@@ -53,6 +53,16 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n) {
       // arithmetic in the narrow type.
       return at::bmm(lhs.to(at::kLong), rhs.to(at::kLong)).to(dtype).reshape(shape);
     }
+    if (B == 1) {
+      // Plain matrix product: mm (strided operands go straight to BLAS) beats a batch of one.
+      at::Tensor a2 = lhs.view({M, K}), b2 = rhs.view({K, N});
+      if (out && out->is_contiguous()) {
+        at::Tensor out2 = out->view({M, N});
+        at::mm_out(out2, a2, b2);
+        return *out;
+      }
+      return at::mm(a2, b2).reshape(shape);
+    }
     if (out && out->is_contiguous()) {
       at::Tensor out3 = out->view({B, M, N});  // shares out's storage
       at::bmm_out(out3, lhs, rhs);
