@@ -17,23 +17,32 @@ import torch
 import torch_tpu
 
 
-def per_call_us(fn, iters: int, sync=None) -> tuple[float, float]:
-    """(host us per call, end-to-end us per call including waiting for the device)."""
-    for _ in range(20):
+def timed(fn, iters: int, sync=None) -> tuple[float, float]:
+    """(host seconds, end-to-end seconds) for iters calls."""
+    t0 = time.perf_counter()
+    for _ in range(iters):
         fn()
+    t1 = time.perf_counter()
     if sync:
         sync()
-    host = total = float("inf")
-    for _ in range(5):  # best of 5 repeats: the machine's 2 cores are shared and noisy
-        t0 = time.perf_counter()
-        for _ in range(iters):
+    return t1 - t0, time.perf_counter() - t0
+
+
+def compare(cpu_fn, tpu_fn, iters: int, repeats: int = 7) -> tuple[float, float, float]:
+    """Best-of-N µs per call for native CPU, tpu host and tpu end to end.
+
+    The two sides alternate inside each repeat, so a change in the machine's state (2 shared
+    cores, frequency) affects both instead of biasing the ratio."""
+    for fn in (cpu_fn, tpu_fn):
+        for _ in range(20):
             fn()
-        t1 = time.perf_counter()
-        if sync:
-            sync()
-        t2 = time.perf_counter()
-        host, total = min(host, t1 - t0), min(total, t2 - t0)
-    return host / iters * 1e6, total / iters * 1e6
+    torch.tpu.synchronize()
+    cpu = host = total = float("inf")
+    for _ in range(repeats):
+        cpu = min(cpu, timed(cpu_fn, iters)[0])
+        h, t = timed(tpu_fn, iters, sync=torch.tpu.synchronize)
+        host, total = min(host, h), min(total, t)
+    return cpu / iters * 1e6, host / iters * 1e6, total / iters * 1e6
 
 
 def main() -> None:
@@ -49,8 +58,7 @@ def main() -> None:
     }
     print(f"{'op':18s} {'cpu us':>8s} {'tpu host us':>12s} {'host ratio':>10s} {'tpu e2e us':>11s} {'e2e ratio':>9s}")
     for name, make in cases.items():
-        cpu, _ = per_call_us(make("cpu"), args.iters)
-        host, total = per_call_us(make("tpu"), args.iters, sync=torch.tpu.synchronize)
+        cpu, host, total = compare(make("cpu"), make("tpu"), args.iters)
         print(f"{name:18s} {cpu:8.2f} {host:12.2f} {host / cpu:9.2f}x {total:11.2f} {total / cpu:8.2f}x")
     m = torch_tpu.metrics()
     print(f"program cache: {m['cache_hits']} hits, {m['cache_misses']} misses")
