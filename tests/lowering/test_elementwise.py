@@ -170,9 +170,14 @@ def test_div_rounding_modes(mode, dtypes) -> None:
 @pytest.mark.parametrize("dtypes", PAIRS, ids=str)
 def test_add_sub_rsub_alpha(dtypes, alpha) -> None:
     x, y = make(dtypes[0], (3, 4), seed=6, special=False), make(dtypes[1], (4,), seed=7, special=False)
+    # Half results may differ by one ulp: CPU computes a tensor's vectorized bulk in float32 and
+    # its short tail in half precision (the lowering follows the bulk). Other dtypes: default.
+    half = torch.result_type(x, y) in (torch.float16, torch.bfloat16)
+    tol = dict(atol=1e-2, rtol=1e-2) if half else {}
     for op in (aten.add.Tensor, aten.sub.Tensor, aten.rsub.Tensor):
-        check(op, x, y, alpha=alpha, atol=1e-2, rtol=1e-2)
-    check(aten.rsub.Scalar, x, 3, alpha=alpha, atol=1e-2, rtol=1e-2)
+        check(op, x, y, alpha=alpha, **tol)
+    half = torch.result_type(x, 3) in (torch.float16, torch.bfloat16)
+    check(aten.rsub.Scalar, x, 3, alpha=alpha, **(dict(atol=1e-2, rtol=1e-2) if half else {}))
 
 
 def test_scalar_tensor_operands() -> None:

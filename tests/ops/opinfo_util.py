@@ -14,6 +14,7 @@ The CPU fallback is always off: an op without a lowering fails with NotImplement
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -231,6 +232,16 @@ class NoSampleRan(Exception):
     """Every sample was rejected by CPU itself (nothing to compare)."""
 
 
+@contextlib.contextmanager
+def noted(note: str):
+    """Adds which sample failed to any exception raised inside the block."""
+    try:
+        yield
+    except Exception as e:
+        e.add_note(note)
+        raise
+
+
 # -- forward ----------------------------------------------------------------------------------------
 def check_forward(op, dtype: torch.dtype, mode: str = "strict", max_samples: int = MAX_SAMPLES) -> int:
     """Runs the first `max_samples` samples on CPU and on tpu in `mode`; raises on the first
@@ -249,21 +260,14 @@ def check_forward(op, dtype: torch.dtype, mode: str = "strict", max_samples: int
             except Exception:
                 continue  # CPU rejects this sample: nothing to compare
             exp = sample.output_process_fn_grad(exp)
-            try:
+            with noted(f"[sample {i}: {describe(sample)}]"):
                 got = op(tsample.input, *tsample.args, **tsample.kwargs)
                 if op.is_factory_function or tsample.kwargs.get("device") == DEVICE:
                     off = [str(t.device) for t in _tensors(got) if t.device.type != DEVICE]
                     assert not off, f"factory function returned tensors on {off}, not on {DEVICE}"
                 got = tsample.output_process_fn_grad(got)
                 got = tree_map(_to_cpu, got)  # synchronizes: strict-mode errors surface here
-            except Exception as e:
-                e.add_note(f"[sample {i}: {describe(sample)}]")
-                raise
-            try:
                 compare_sample(op, sample, got, exp, tol)
-            except AssertionError as e:
-                e.add_note(f"[sample {i}: {describe(sample)}]")
-                raise
             ran += 1
     torch_tpu.sync()
     if ran == 0:
@@ -323,16 +327,9 @@ def check_backward(op, dtype: torch.dtype = torch.float32, max_samples: int = MA
             continue
         if not exp:
             continue
-        try:
+        with noted(f"[grad, sample {i}: {describe(sample)}]"):
             got = _backward(op, tsample, lambda outs: [c.to(o.device) for c, o in zip(cots, outs)])
-        except Exception as e:
-            e.add_note(f"[grad, sample {i}: {describe(sample)}]")
-            raise
-        try:
             compare(got, exp, tol)
-        except AssertionError as e:
-            e.add_note(f"[grad, sample {i}: {describe(sample)}]")
-            raise
         ran += 1
     torch_tpu.sync()
     if ran == 0:
