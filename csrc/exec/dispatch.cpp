@@ -28,7 +28,7 @@ constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 // Key word tags: every argument contributes a tag so different argument shapes never collide.
 enum Tag : int64_t {
   kTagTensor = 1, kTagNone, kTagScalar, kTagInt, kTagList, kTagDouble, kTagBool, kTagString,
-  kTagDevice, kTagGenerator, kTagOther,
+  kTagDevice, kTagGenerator,
 };
 
 CompileHook g_compile_hook = nullptr;
@@ -281,8 +281,10 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
           mix(st, kTagDouble);
           mix(st, double_bits(v.toScalar().toDouble()));
         } else {
-          mix(st, kTagOther);
-          mix(st, static_cast<int64_t>(v.tagKind().size()));
+          // Keying such a value by its kind alone could reuse a program compiled for another
+          // value; refuse instead of guessing.
+          TPU_CHECK_NOT_IMPLEMENTED(false, "argument ", i, " of ", info.qualname, " has type ", v.tagKind(),
+                                    ", which the tpu dispatcher cannot key programs on");
         }
         break;
     }
