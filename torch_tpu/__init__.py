@@ -18,12 +18,25 @@ _register()
 
 from .config import env_vars  # noqa: E402
 from .modes import get_mode, mode, set_mode  # noqa: E402
-from .runtime_info import fallback_enabled, metrics, reset_metrics, set_fallback, sync  # noqa: E402
+from .runtime_info import (  # noqa: E402
+    fallback_enabled,
+    metrics,
+    reset_metrics,
+    set_debug_fusion,
+    set_fallback,
+    sync,
+)
 
-atexit.register(_C._synchronize)
+
+def _at_exit() -> None:
+    _C._fused_flush(-1, "exit")  # pending fused work runs before the interpreter goes away
+    _C._synchronize(-1)
+
+
+atexit.register(_at_exit)
 
 __version__ = "0.1.0"
 
 
 __all__ = ["get_mode", "set_mode", "mode", "metrics", "reset_metrics", "set_fallback", "fallback_enabled",
-           "sync", "env_vars"]
+           "sync", "env_vars", "set_debug_fusion"]

@@ -1,4 +1,4 @@
-"""Execution modes: debug (synchronous), strict (asynchronous, the default), fused (later).
+"""Execution modes: debug (synchronous), strict (asynchronous, the default), fused (DeferAndFuse).
 
 The mode is process-wide; switching synchronizes every device first so that no work
 straddles two modes.
@@ -20,7 +20,7 @@ def get_mode() -> str:
 
 
 def set_mode(name: str) -> None:
-    """Select 'debug' or 'strict' (TORCH_TPU_MODE sets the initial mode)."""
+    """Select 'debug', 'strict' or 'fused' (TORCH_TPU_MODE sets the initial mode). Switching flushes."""
     _C._set_mode(name)
 
 

@@ -10,12 +10,25 @@ from . import _C
 def metrics() -> dict[str, Any]:
     """Counters since start (or reset_metrics): ops dispatched, programs compiled and executed,
     program-cache hits/misses, compile time, bytes moved host<->device, host syncs, and CPU
-    fallbacks by op."""
-    return _C._metrics()
+    fallbacks by op. Fused mode adds ``fused``: flushes (total and by cause, with the source
+    lines whose host reads flushed most), ops recorded and fused, graphs compiled and cache
+    hits, kernels launched, stores skipped and bytes never materialized, graph compile time;
+    ``peak_memory_allocated`` is the allocator's peak for device 0."""
+    out = _C._metrics()
+    out["fused"] = _C._fused_metrics()
+    out["peak_memory_allocated"] = _C._memory_stats(0).get("allocated_bytes.all.peak", 0)
+    return out
 
 
 def reset_metrics() -> None:
     _C._reset_metrics()
+    _C._reset_fused_metrics()
+
+
+def set_debug_fusion(enabled: bool = True) -> None:
+    """Print every fused graph when it is compiled (its ops, with source lines, and the runtime's
+    fused clusters) and one line per flush, to stderr. Same as TORCH_TPU_DEBUG_FUSION=1."""
+    _C._set_debug_fusion(bool(enabled))
 
 
 def set_fallback(mode: str | None) -> None:

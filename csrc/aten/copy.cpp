@@ -31,12 +31,15 @@ at::Tensor host_view(const at::Tensor& t) {
 }
 
 void wait_for(const at::Tensor& t) {
+  device::FlushCauseScope cause(device::FlushCause::kHostRead);
   device::synchronize_stream(device::current_stream(t.device().index()));
   exec::metrics().host_syncs++;
 }
 
 void write_to_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
   if (dst.numel() == 0) return;
+  // Pending fused ops may write dst (and hold no reference to it): order the copy after them.
+  device::flush_pending(dst.device().index(), device::FlushCause::kCopy);
   exec::metrics().bytes_to_device += static_cast<uint64_t>(dst.numel()) * dst.itemsize();
   const bool untouched = dst.use_count() == 1 && dst.storage().use_count() == 1;
   if (untouched) {

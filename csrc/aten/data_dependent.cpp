@@ -4,11 +4,13 @@
 
 #include "aten/kernels.h"
 #include "common/check.h"
+#include "device/stream.h"
 #include "exec/call.h"
 
 namespace torch_tpu::aten {
 
 at::Tensor nonzero(const at::Tensor& self) {
+  device::FlushCauseScope cause(device::FlushCause::kDataDependent);
   int64_t n = at::count_nonzero(self).item<int64_t>();
   return at::nonzero_static(self, n, -1);
 }

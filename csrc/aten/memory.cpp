@@ -58,7 +58,10 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::op
   int64_t numel = 1;
   for (auto s : size) numel *= s;
   size_t needed = static_cast<size_t>(numel + self.storage_offset()) * self.itemsize();
-  if (needed > self.storage().nbytes()) device::synchronize_device(self.device().index());  // memory may move
+  if (needed > self.storage().nbytes()) {  // memory may move: queued and pending work must finish first
+    device::FlushCauseScope cause(device::FlushCause::kResize);
+    device::synchronize_device(self.device().index());
+  }
   return at::native::resize_(self, size, format);
 }
 

@@ -10,10 +10,11 @@ namespace torch_tpu::config {
 const std::vector<EnvVar>& registry() {
   static const std::vector<EnvVar> vars = {
       {"TORCH_TPU_MODE", "strict",
-       "Execution mode: `debug` (one op at a time, synchronous, errors at the call site) or "
-       "`strict` (one op at a time, asynchronous per-device queue). Python: torch_tpu.set_mode()."},
+       "Execution mode: `debug` (one op at a time, synchronous, errors at the call site), "
+       "`strict` (one op at a time, asynchronous per-device queue) or `fused` (DeferAndFuse: ops "
+       "are recorded and run as fused graphs at sync points). Python: torch_tpu.set_mode()."},
       {"TORCH_TPU_LAUNCH_BLOCKING", "0", "`1` selects debug mode (overrides TORCH_TPU_MODE)."},
-      {"TORCH_TPU_DEFER_AND_FUSE", "0", "`1` selects fused mode (not available yet: see the fused-eager issue)."},
+      {"TORCH_TPU_DEFER_AND_FUSE", "0", "`1` selects fused mode (DeferAndFuse; overrides TORCH_TPU_MODE)."},
       {"TORCH_TPU_RUNTIME", "host", "Runtime that executes programs: `host` (embedded, always available)."},
       {"TORCH_TPU_NUM_DEVICES", "1", "Number of emulated devices on the host runtime."},
       {"TORCH_TPU_HOST_MEMORY", "",
@@ -27,6 +28,15 @@ const std::vector<EnvVar>& registry() {
        "Strict mode runs a program on the calling thread, instead of the stream's worker, when "
        "its stream is idle and its work estimate (elements produced; contractions x64) is at most "
        "this. 0 queues everything."},
+      {"TORCH_TPU_FUSED_MAX_OPS", "4096",
+       "Fused mode flushes a pending graph when it reaches this many recorded ops (bounds graph "
+       "growth in loops that never read a value on the host)."},
+      {"TORCH_TPU_DEBUG_FUSION", "0",
+       "`1` prints every fused graph when it is compiled (ops, clusters) and a line per flush "
+       "(cause, ops, stores skipped) to stderr. Python: torch_tpu.set_debug_fusion()."},
+      {"TORCH_TPU_FUSED_PROVENANCE", "1",
+       "`1` records the user's source line for every op recorded in fused mode, so an error "
+       "raised at a flush names the line that recorded the failing op; `0` saves that cost."},
       {"TORCH_TPU_VERIFY", "0",
        "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
   };

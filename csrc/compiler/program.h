@@ -46,6 +46,8 @@ struct Program {
   // runs such a program on the calling thread when its stream is idle (same order, same result).
   bool run_inline_when_idle = false;
   bool baked_scalars = false;
+  // Per binding index: whether a parameter reads it (out= targets are written, not read).
+  std::vector<uint8_t> reads_binding;
 };
 
 }  // namespace torch_tpu::compiler

@@ -152,7 +152,10 @@ c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes
     }
     // Queued work may hold the last references to tensors: let it finish, then retry.
     p.stats.num_alloc_retries++;
-    synchronize_device(device);
+    {
+      FlushCauseScope cause(FlushCause::kMemory);
+      synchronize_device(device);
+    }
     std::lock_guard<std::mutex> g(p.mu);
     p.release_cache_locked();
   }

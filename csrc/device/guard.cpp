@@ -57,7 +57,10 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::DeviceIndex deviceCount() const noexcept override { return count(); }
-  bool queryStream(const c10::Stream& stream) const override { return query_stream(stream); }
+  bool queryStream(const c10::Stream& stream) const override {
+    flush_pending(stream.device_index(), FlushCause::kStreamEvent);  // pending fused ops count as work
+    return query_stream(stream);
+  }
   void synchronizeStream(const c10::Stream& stream) const override { synchronize_stream(stream); }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override { synchronize_device(device_index); }
   // Queued work holds references to its tensors, so no per-stream bookkeeping is needed.

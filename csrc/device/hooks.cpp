@@ -88,6 +88,7 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     auto* impl = storage.unsafeGetStorageImpl();
     TPU_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
     auto device = storage.device().index();
+    FlushCauseScope cause(FlushCause::kResize);
     synchronize_device(device);  // queued work may still use the old memory
     c10::DataPtr fresh = DeviceAllocator::get().allocate_on(device, newsize);
     size_t keep = std::min(newsize, impl->nbytes());

@@ -177,7 +177,50 @@ StreamQueue& queue_of(const c10::Stream& stream) {
   return *all_devices()[static_cast<size_t>(stream.device_index())]->queues[static_cast<size_t>(id)];
 }
 
+// -- pending fused work ---------------------------------------------------------------------
+
+namespace {
+std::atomic<PendingFlushHook> g_flush_hook{nullptr};
+thread_local int t_flush_cause = -1;
+}  // namespace
+
+const char* flush_cause_name(FlushCause cause) {
+  switch (cause) {
+    case FlushCause::kSynchronize: return "synchronize";
+    case FlushCause::kHostRead: return "host_read";
+    case FlushCause::kDataDependent: return "data_dependent";
+    case FlushCause::kStreamEvent: return "stream_event";
+    case FlushCause::kCopy: return "copy";
+    case FlushCause::kSizeCap: return "size_cap";
+    case FlushCause::kMemory: return "memory";
+    case FlushCause::kModeSwitch: return "mode_switch";
+    case FlushCause::kExit: return "exit";
+    case FlushCause::kViewRead: return "view_read";
+    case FlushCause::kResize: return "resize";
+    case FlushCause::kCount: break;
+  }
+  return "?";
+}
+
+void set_pending_flush_hook(PendingFlushHook hook) { g_flush_hook.store(hook); }
+
+void flush_pending(c10::DeviceIndex device, FlushCause fallback) {
+  PendingFlushHook hook = g_flush_hook.load(std::memory_order_acquire);
+  if (hook == nullptr) return;
+  hook(device, t_flush_cause >= 0 ? static_cast<FlushCause>(t_flush_cause) : fallback);
+}
+
+FlushCauseScope::FlushCauseScope(FlushCause cause) : prev(t_flush_cause) {
+  if (t_flush_cause < 0) t_flush_cause = static_cast<int>(cause);  // the outermost cause wins
+}
+FlushCauseScope::~FlushCauseScope() { t_flush_cause = prev; }
+
 uint64_t enqueue(const c10::Stream& stream, std::unique_ptr<Work> work) {
+  flush_pending(stream.device_index(), FlushCause::kStreamEvent);
+  return queue_of(stream).enqueue(std::move(work));
+}
+
+uint64_t enqueue_unflushed(const c10::Stream& stream, std::unique_ptr<Work> work) {
   return queue_of(stream).enqueue(std::move(work));
 }
 
@@ -185,11 +228,15 @@ uint64_t enqueue_fn(const c10::Stream& stream, std::function<void()> fn) {
   return enqueue(stream, std::make_unique<FnWork>(std::move(fn)));
 }
 
-void synchronize_stream(const c10::Stream& stream) { queue_of(stream).synchronize(); }
+void synchronize_stream(const c10::Stream& stream) {
+  flush_pending(stream.device_index());
+  queue_of(stream).synchronize();
+}
 
 bool query_stream(const c10::Stream& stream) { return queue_of(stream).idle(); }
 
 void synchronize_device(c10::DeviceIndex index) {
+  flush_pending(index);
   for (c10::DeviceIndex d = 0; d < count(); ++d) {
     if (index >= 0 && d != index) continue;
     for (auto& q : all_devices()[static_cast<size_t>(d)]->queues) q->synchronize();
@@ -249,6 +296,7 @@ void* event_create(bool enable_timing) {
 
 void event_record(void** event, const c10::Stream& stream, bool enable_timing) {
   if (*event == nullptr) *event = event_create(enable_timing);
+  flush_pending(stream.device_index(), FlushCause::kStreamEvent);
   auto* e = static_cast<Event*>(*event);
   e->state = std::make_shared<EventState>();  // a new version of the event
   auto state = e->state;
@@ -259,6 +307,7 @@ void event_record(void** event, const c10::Stream& stream, bool enable_timing) {
 void event_block(void* event, const c10::Stream& stream) {
   auto* e = static_cast<Event*>(event);
   if (e == nullptr || e->queue == nullptr) return;
+  flush_pending(stream.device_index(), FlushCause::kStreamEvent);
   StreamQueue& target = queue_of(stream);
   if (&target == e->queue) return;  // same queue: already ordered
   StreamQueue* q = e->queue;

@@ -38,6 +38,8 @@ StreamQueue& queue_of(const c10::Stream& stream);
 // Enqueues work on a stream after re-raising any pending error of that stream.
 // Returns the work's ticket (its position in the queue).
 uint64_t enqueue(const c10::Stream& stream, std::unique_ptr<Work> work);
+// Enqueues without flushing pending fused work first (the fused engine's own flush uses it).
+uint64_t enqueue_unflushed(const c10::Stream& stream, std::unique_ptr<Work> work);
 uint64_t enqueue_fn(const c10::Stream& stream, std::function<void()> fn);
 // Blocks until everything enqueued so far has run, then re-raises a pending error.
 void synchronize_stream(const c10::Stream& stream);
@@ -52,6 +54,38 @@ c10::Stream current_stream(c10::DeviceIndex index);
 c10::Stream exchange_stream(const c10::Stream& stream);
 // A pool stream (round robin), as torch.tpu.Stream() gets.
 c10::Stream pool_stream(c10::DeviceIndex index);
+
+// Fused mode keeps recorded-but-unflushed work outside the queues. Anything that orders itself
+// against a queue (synchronization, work enqueued by other kernels, events, host reads) first
+// calls flush_pending, which hands the pending graph of that device (all devices if < 0) to its
+// queue. The cause says why, for torch_tpu.metrics(); callers set it with a FlushCauseScope.
+enum class FlushCause : uint8_t {
+  kSynchronize,    // torch.tpu.synchronize(), torch_tpu.sync(), stream/device synchronize
+  kHostRead,       // .item(), .cpu(), .tolist(), printing, torch.save
+  kDataDependent,  // nonzero, masked_select, boolean indexing, unique: output size needs values
+  kStreamEvent,    // event record/wait, work from another stream or kernel
+  kCopy,           // a host->device or cross-device copy into memory a pending op touches
+  kSizeCap,        // the pending graph reached TORCH_TPU_FUSED_MAX_OPS
+  kMemory,         // an allocation failed: pending work may hold the memory
+  kModeSwitch,     // torch_tpu.set_mode()
+  kExit,           // interpreter exit
+  kViewRead,       // a read of pending memory through a view the graph cannot express
+  kResize,         // a tensor with pending writes is resized or re-pointed
+  kCount
+};
+const char* flush_cause_name(FlushCause cause);
+using PendingFlushHook = void (*)(c10::DeviceIndex device, FlushCause cause);
+void set_pending_flush_hook(PendingFlushHook hook);
+// Flushes pending fused work (cheap no-op when nothing is pending). The cause is the innermost
+// FlushCauseScope of this thread, else `fallback`.
+void flush_pending(c10::DeviceIndex device, FlushCause fallback = FlushCause::kSynchronize);
+struct FlushCauseScope {
+  explicit FlushCauseScope(FlushCause cause);
+  ~FlushCauseScope();
+  FlushCauseScope(const FlushCauseScope&) = delete;
+  FlushCauseScope& operator=(const FlushCauseScope&) = delete;
+  int prev;
+};
 
 // Events (opaque pointers owned by PyTorch's c10::Event through the guard implementation).
 void* event_create(bool enable_timing);

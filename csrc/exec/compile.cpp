@@ -24,6 +24,20 @@ void finish_program(compiler::Program& program, const std::vector<int32_t>& outp
   static const bool always_verify = config::get_bool("TORCH_TPU_VERIFY");
   if (always_verify || mode() == Mode::Debug) ir::verify(program.graph);
   program.executable = selected_runtime().compile(program.graph, output_nodes);
+  // Lowerings declare a parameter for every tensor argument; only those some node (or an
+  // output) uses are reads. Fused mode loads (and keeps alive) just those.
+  std::vector<uint8_t> used(static_cast<size_t>(program.graph.size()), 0);
+  for (const ir::Node& n : program.graph.nodes()) {
+    for (int32_t o : n.operands) used[static_cast<size_t>(o)] = 1;
+  }
+  for (int32_t o : output_nodes) used[static_cast<size_t>(o)] = 1;
+  for (int32_t i = 0; i < program.graph.size(); ++i) {
+    const ir::Node& n = program.graph.node(i);
+    if (n.kind != ir::OpKind::kParameter || n.iattrs.at(0) < 0 || !used[static_cast<size_t>(i)]) continue;
+    auto b = static_cast<size_t>(n.iattrs[0]);
+    if (program.reads_binding.size() <= b) program.reads_binding.resize(b + 1, 0);
+    program.reads_binding[b] = 1;
+  }
   // Work estimate: elements produced, plus multiply-adds of contractions.
   static const int64_t kInlineLimit = config::get_int("TORCH_TPU_INLINE_WORK");
   int64_t work = 0;

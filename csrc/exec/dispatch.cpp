@@ -17,6 +17,7 @@
 #include "device/generator.h"
 #include "device/stream.h"
 #include "exec/call.h"
+#include "exec/fused.h"
 #include "exec/metrics.h"
 #include "exec/mode.h"
 
@@ -343,7 +344,8 @@ at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceInd
   return t;
 }
 
-void execute(const std::shared_ptr<compiler::Program>& prog, CallState& st, size_t nargs, torch::jit::Stack* stack) {
+void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info, CallState& st, size_t nargs,
+             torch::jit::Stack* stack) {
   runtime::RngState rng;
   if (prog->rng_counters > 0) {
     at::Generator gen = st.generator.has_value() && st.generator->defined()
@@ -355,6 +357,18 @@ void execute(const std::shared_ptr<compiler::Program>& prog, CallState& st, size
   std::vector<at::Tensor> news;
   news.reserve(prog->new_tensors.size());
   for (const auto& spec : prog->new_tensors) news.push_back(new_device_tensor(spec, st.device.index()));
+  if (mode() == Mode::Fused) {
+    for (const auto& o : prog->outputs) {
+      if (o.target < 0) continue;
+      at::Tensor& t = st.tensors[static_cast<size_t>(o.target)];
+      const auto& shape = prog->graph.node(o.node).shape;
+      if (!t.sizes().equals(shape)) t.resize_(shape);  // flushes first when memory may move
+    }
+    fused_record(prog, info, st, news, rng);
+    torch::jit::drop(*stack, nargs);
+    for (const auto& r : prog->returns) push_return(r, news, st, stack);
+    return;
+  }
   std::vector<runtime::OutputTarget> outputs;
   outputs.reserve(prog->outputs.size());
   for (const auto& o : prog->outputs) {
@@ -460,7 +474,7 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     cache.insert(st.key, st.hash, prog);
   }
-  execute(prog, st, nargs, stack);
+  execute(prog, info, st, nargs, stack);
 }
 
 void lowered_op_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {

@@ -37,9 +37,10 @@ std::atomic<bool>& fallback() {
 Mode mode() { return static_cast<Mode>(current().load(std::memory_order_relaxed)); }
 
 void set_mode(Mode m) {
-  TPU_CHECK_NOT_IMPLEMENTED(m != Mode::Fused,
-                            "fused mode (DeferAndFuse) is not available in this build yet; use 'strict' or 'debug'");
-  if (m != mode()) device::synchronize_device(-1);
+  if (m != mode()) {
+    device::FlushCauseScope cause(device::FlushCause::kModeSwitch);
+    device::synchronize_device(-1);
+  }
   current().store(static_cast<int>(m));
 }
 

@@ -2,8 +2,7 @@
 //
 // debug: one op, synchronous, verifier on, errors at the call site.
 // strict: one op, asynchronous (per-device stream queue); the default.
-// fused: deferred graphs (DeferAndFuse) — arrives with the fused-eager work; selecting it
-//        raises NotImplementedError until then.
+// fused: ops recorded into pending graphs (DeferAndFuse), run fused at sync points (fused.h).
 // The mode is process-wide; changing it synchronizes all devices so no work straddles modes.
 #pragma once
 

@@ -33,6 +33,9 @@ struct Binding {
   // Scalar: the value; `dtype` says which member holds it (floating types: d, else i).
   double d = 0.0;
   int64_t i = 0;
+  // Tensor: copy the memory when the run starts instead of reading it lazily, because a later
+  // write of the same program overwrites it while the value is still needed (fused graphs).
+  bool snapshot = false;
 };
 
 // The generator state bound to the reserved parameters (binding -1: seed, -2: offset).
@@ -47,7 +50,21 @@ struct RngState {
 struct OutputTarget {
   int32_t node = 0;
   Binding dest;
+  // false: never compute the node directly in dest's memory (a later write of the same program
+  // changes that memory while the node's value is still read).
+  bool allow_direct = true;
 };
+
+// What one run of an executable launches (for diagnostics).
+struct ExecutableStats {
+  int32_t steps = 0;        // kernels per run (a fused cluster counts once)
+  int32_t clusters = 0;     // fused elementwise clusters
+  int32_t fused_nodes = 0;  // IR nodes inside those clusters
+};
+
+// The graph node whose kernel threw during the calling thread's last failed run(), or -1.
+int32_t last_failed_node();
+void set_last_failed_node(int32_t node);
 
 class Executable {
  public:
@@ -57,6 +74,9 @@ class Executable {
   // partially written.
   virtual void run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
                    RngState rng) const = 0;
+  // A readable listing of the program's steps and fused clusters (TORCH_TPU_DEBUG_FUSION).
+  virtual std::string describe() const { return {}; }
+  virtual ExecutableStats stats() const { return {}; }
 };
 
 class Runtime {

@@ -62,7 +62,7 @@ def _train(kind: str, device: str, autocast: bool) -> tuple[list[float], dict[st
     return losses, {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("mode", ["strict", "debug"])
+@pytest.mark.parametrize("mode", ["strict", "debug", "fused"])
 @pytest.mark.parametrize("kind", ["mlp", "cnn", "gpt"])
 def test_training_matches_cpu(kind: str, mode: str) -> None:
     ref_losses, ref_state = _train(kind, "cpu", autocast=False)
@@ -122,4 +122,6 @@ def test_training_is_reproducible_across_modes() -> None:
                 out.append(loss.item())
         return out
 
-    assert run("strict") == run("debug")
+    strict = run("strict")
+    assert strict == run("debug")
+    assert strict == run("fused")

@@ -37,7 +37,7 @@ ALL_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch
               torch.int16, torch.int8, torch.uint8, torch.bool)
 DTYPE_NAMES = {d: str(d).removeprefix("torch.") for d in ALL_DTYPES}
 DTYPE_BY_NAME = {v: k for k, v in DTYPE_NAMES.items()}
-MODES = ("strict", "debug", "grad", "gradcheck")
+MODES = ("strict", "debug", "fused", "grad", "gradcheck")
 # gradcheck (float64, on tpu) is slow-ish (many forward evaluations): a handful of entries.
 GRADCHECK_OPS = ("add", "mul", "div.no_rounding_mode", "sin", "exp", "tanh", "sigmoid", "sum", "mean", "matmul",
                  "softmax", "nn.functional.linear", "nn.functional.layer_norm", "nn.functional.cross_entropy",

@@ -122,6 +122,7 @@ at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>
                                     : at::scalar_tensor(b.i, at::kLong).to(b.dtype);
   } else {
     t = wrap_binding(b);
+    if (b.snapshot) t = t.clone();
   }
   if (!t.sizes().equals(p.shape)) {
     TPU_CHECK(t.numel() == c10::multiply_integers(p.shape), "host runtime: binding ", p.binding,
@@ -175,7 +176,7 @@ void HostExecutable::run(const std::vector<Binding>& inputs,
       clash = j != k && outputs[j].dest.data && dests[j].tensor.numel() > 0 &&
               overlaps(range, byte_range(outputs[j].dest));
     }
-    dests[k].direct = !clash;
+    dests[k].direct = !clash && o.allow_direct;
   }
   auto write_outputs = [&](int32_t node) {
     for (int32_t k = first_dest[node]; k >= 0; k = next_dest[k]) {
@@ -186,6 +187,7 @@ void HostExecutable::run(const std::vector<Binding>& inputs,
     }
   };
 
+  set_last_failed_node(-1);
   for (const Param& p : params_) {
     values[p.node] = bind_param(p, inputs, rng);
     write_outputs(p.node);
@@ -193,8 +195,13 @@ void HostExecutable::run(const std::vector<Binding>& inputs,
   for (const Step& s : steps_) {
     int32_t k = first_dest[s.node];
     at::Tensor* out = k >= 0 && dests[k].direct ? &dests[k].tensor : nullptr;
-    values[s.node] = s.kernel(values, out);
-    write_outputs(s.node);
+    try {
+      values[s.node] = s.kernel(values, out);
+      write_outputs(s.node);
+    } catch (...) {
+      set_last_failed_node(s.node);
+      throw;
+    }
     for (int32_t v : s.release) values[v].reset();
   }
 }
@@ -205,6 +212,12 @@ std::unique_ptr<Executable> HostRuntime::compile(const ir::Graph& graph,
 }
 
 }  // namespace host
+
+namespace {
+thread_local int32_t t_last_failed_node = -1;
+}  // namespace
+int32_t last_failed_node() { return t_last_failed_node; }
+void set_last_failed_node(int32_t node) { t_last_failed_node = node; }
 
 Runtime& host_runtime() {
   static host::HostRuntime* runtime = new host::HostRuntime();  // leaked: lives forever

@@ -1,0 +1,105 @@
+// Fused-mode bindings: flushing, fusion diagnostics, and the user's source line for provenance.
+#include <Python.h>
+#include <frameobject.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <unordered_map>
+
+#include "exec/fused.h"
+#include "python/bindings.h"
+
+namespace py = pybind11;
+
+namespace torch_tpu::python {
+namespace {
+
+// Frames from torch's and our own package are library code: provenance names the first frame
+// outside them. Classification is memoized per code object (kept alive by the memo).
+bool is_library_code(PyCodeObject* code) {
+  static std::unordered_map<PyCodeObject*, bool> memo;
+  auto it = memo.find(code);
+  if (it != memo.end()) return it->second;
+  std::string file;
+  if (const char* s = PyUnicode_AsUTF8(code->co_filename)) file = s;
+  bool library = file.find("/torch/") != std::string::npos || file.find("/torch_tpu/") != std::string::npos ||
+                 file.rfind("<frozen", 0) == 0 || file.find("/contextlib.py") != std::string::npos;
+  Py_INCREF(code);
+  memo.emplace(code, library);
+  return library;
+}
+
+std::string user_source_line() {
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return {};
+  py::gil_scoped_acquire gil;
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  if (frame == nullptr) return {};
+  Py_INCREF(frame);
+  std::string out;
+  PyFrameObject* first = nullptr;  // innermost frame: used when every frame is library code
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    bool library = is_library_code(code);
+    if (!library || first == nullptr) {
+      const char* file = PyUnicode_AsUTF8(code->co_filename);
+      std::string line = std::string(file ? file : "?") + ":" + std::to_string(PyFrame_GetLineNumber(frame));
+      if (!library) {
+        Py_DECREF(code);
+        Py_DECREF(frame);
+        Py_XDECREF(first);
+        return line;
+      }
+      out = line;
+      first = frame;
+      Py_INCREF(first);
+    }
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(first);
+  return out;
+}
+
+}  // namespace
+
+void init_fused_bindings(py::module_& m) {
+  exec::set_source_line_hook(&user_source_line);
+  m.def("_fused_flush", [](int device, const std::string& cause) {
+    py::gil_scoped_release no_gil;
+    exec::fused_flush(static_cast<c10::DeviceIndex>(device),
+                      cause == "exit" ? device::FlushCause::kExit : device::FlushCause::kSynchronize);
+  });
+  m.def("_set_debug_fusion", [](bool enabled) { exec::set_debug_fusion(enabled); });
+  m.def("_get_debug_fusion", [] { return exec::debug_fusion(); });
+  m.def("_fused_metrics", [] {
+    exec::FusedStats s = exec::fused_stats();
+    py::dict d;
+    py::dict causes;
+    for (int c = 0; c < static_cast<int>(device::FlushCause::kCount); ++c) {
+      if (s.flushes_by_cause[c] > 0) causes[device::flush_cause_name(static_cast<device::FlushCause>(c))] = s.flushes_by_cause[c];
+    }
+    uint64_t total = 0;
+    for (uint64_t n : s.flushes_by_cause) total += n;
+    d["flushes"] = total;
+    d["flushes_by_cause"] = causes;
+    d["ops_recorded"] = s.ops_recorded;
+    d["ops_fused"] = s.ops_fused;
+    d["graphs_compiled"] = s.graphs_compiled;
+    d["graph_cache_hits"] = s.graph_cache_hits;
+    d["kernels_launched"] = s.kernels_launched;
+    d["stores_skipped"] = s.stores_skipped;
+    d["bytes_not_materialized"] = s.bytes_not_materialized;
+    d["graph_compile_seconds"] = static_cast<double>(s.compile_ns) / 1e9;
+    d["largest_graph_ops"] = s.largest_graph_ops;
+    py::list lines;
+    for (const auto& [line, n] : exec::top_host_read_lines(10)) lines.append(py::make_tuple(line, n));
+    d["host_read_flush_lines"] = lines;
+    return d;
+  });
+  m.def("_reset_fused_metrics", [] { exec::reset_fused_stats(); });
+}
+
+}  // namespace torch_tpu::python
