@@ -4,7 +4,9 @@ Prints, per op, microseconds per call for native CPU and for "tpu" in strict mod
 the calling thread spends; large programs are only enqueued) and end-to-end time (including
 waiting for the device), each as a ratio ours/native. Target (device-foundation issue): host
 time <= 3x native on the cached path.
-Run: .venv/bin/python bench/dispatch.py [--iters N]
+With --mode fused the tpu host time is the cost of recording one op into the pending graph
+(the size cap flushes every TORCH_TPU_FUSED_MAX_OPS ops; end-to-end includes running them).
+Run: .venv/bin/python bench/dispatch.py [--iters N] [--mode strict|fused]
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def compare(cpu_fn, tpu_fn, iters: int, repeats: int = 7) -> tuple[float, float,
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--mode", default="strict", choices=["strict", "fused"])
     args = ap.parse_args()
+    torch_tpu.set_mode(args.mode)
     torch.manual_seed(0)
     cases = {
         "add 1-element": lambda d: (lambda a=torch.ones(1, device=d), b=torch.ones(1, device=d): torch.add(a, b)),

@@ -80,6 +80,38 @@ class SmallCNN(nn.Module):
         return self.fc(self.features(x).flatten(1))
 
 
+class BasicBlock(nn.Module):
+    """ResNet basic block: two 3x3 conv + batch norm, identity (or 1x1 projection) shortcut."""
+
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + self.short(x))
+
+
+class SmallResNet(nn.Module):
+    """A small ResNet for 3x32x32 inputs (CIFAR-shaped): stem, three stages of basic blocks."""
+
+    def __init__(self, classes: int = 10, width: int = 16) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        self.stages = nn.Sequential(BasicBlock(width, width), BasicBlock(width, 2 * width, 2),
+                                    BasicBlock(2 * width, 4 * width, 2))
+        self.fc = nn.Linear(4 * width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(F.adaptive_avg_pool2d(self.stages(self.stem(x)), 1).flatten(1))
+
+
 class MLP(nn.Module):
     def __init__(self, inp: int = 32, hidden: int = 64, out: int = 10) -> None:
         super().__init__()
@@ -105,4 +137,4 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["TinyGPT", "SmallCNN", "MLP", "synthetic_text", "count_parameters", "math"]
+__all__ = ["TinyGPT", "SmallCNN", "SmallResNet", "MLP", "synthetic_text", "count_parameters", "math"]

@@ -558,13 +558,10 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
   return work;
 }
 
-void run_work(std::unique_ptr<FusedWork> work, const c10::Stream& stream, device::FlushCause cause) {
-  const bool host_waits = cause == device::FlushCause::kHostRead || cause == device::FlushCause::kSynchronize ||
-                          cause == device::FlushCause::kDataDependent || cause == device::FlushCause::kExit;
-  if (host_waits && device::query_stream(stream)) {
-    work->run();  // the host is about to wait anyway: skip the hand-off to the worker
-    return;
-  }
+// Always on the stream's worker, even when the host is about to wait: the worker runs ATen with
+// one OpenMP thread, while the calling thread's OpenMP team would spin-wait against it (and
+// against the next step's recording) on a small machine.
+void run_work(std::unique_ptr<FusedWork> work, const c10::Stream& stream) {
   device::enqueue_unflushed(stream, std::move(work));
 }
 
@@ -574,7 +571,7 @@ void flush_device_locked(std::unique_lock<std::mutex>& lock, c10::DeviceIndex de
   c10::Stream stream = it->second.stream;
   auto work = take_locked(it->second, cause);
   lock.unlock();
-  run_work(std::move(work), stream, cause);
+  run_work(std::move(work), stream);
   lock.lock();
 }
 

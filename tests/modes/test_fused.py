@@ -250,3 +250,24 @@ def test_debug_fusion_prints_graphs():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert r.stdout.strip() == "24.0"
     assert "compiled a graph of 4 ops" in r.stderr and "flush (host_read)" in r.stderr
+
+
+def test_memory_pressure_flushes_pending_work():
+    # A pending sum() keeps its input alive until the graph runs. When an allocation finds the
+    # device full, the allocator's retry flushes the graph, the inputs are released, and the
+    # allocation succeeds.
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        xs = [torch.full((1 << 20,), float(i), device="tpu") for i in range(10)]  # 40 MiB
+        torch_tpu.set_mode("fused")
+        sums = []
+        for i in range(10):
+            sums.append(xs[i].sum())
+            xs[i] = None  # only the pending graph references it now
+        big = torch.empty(8 << 20, device="tpu")  # 32 MiB: fits only once the graph ran
+        assert [s.item() for s in sums] == [float(i * (1 << 20)) for i in range(10)]
+        m = torch_tpu.metrics()["fused"]
+        assert m["flushes_by_cause"].get("memory", 0) == 1, m
+    """)
+    env = dict(os.environ, TORCH_TPU_HOST_MEMORY="64MiB")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
