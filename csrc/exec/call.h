@@ -63,6 +63,9 @@ runtime::Runtime& selected_runtime();
 // Compiles a deserialized graph into a Program (verifier, runtime compile). Used by the hook.
 void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes);
 
+// A tensor binding over t's memory (address of element [0,...,0], sizes and strides).
+runtime::Binding tensor_binding(const at::Tensor& t);
+
 // The boxed kernel registered as the PrivateUse1 fallback.
 void lowered_op_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 

@@ -168,13 +168,7 @@ void add_tensor(CallState& st, const at::Tensor& t, const OpInfo& info, size_t a
   mix(st, static_cast<int64_t>(t.scalar_type()));
   mix(st, t.dim());
   for (auto s : t.sizes()) mix(st, s);
-  runtime::Binding b;
-  b.kind = runtime::Binding::Kind::Tensor;
-  b.dtype = t.scalar_type();
-  b.data = t.numel() ? static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize() : nullptr;
-  b.sizes.assign(t.sizes().begin(), t.sizes().end());
-  b.strides.assign(t.strides().begin(), t.strides().end());
-  st.bindings.push_back(std::move(b));
+  st.bindings.push_back(tensor_binding(t));
   st.tensors.push_back(t);
 }
 
@@ -303,16 +297,6 @@ struct ProgramWork final : device::Work {
   void run() override { program->executable->run(inputs, outputs, rng); }
 };
 
-runtime::Binding tensor_binding(const at::Tensor& t) {
-  runtime::Binding b;
-  b.kind = runtime::Binding::Kind::Tensor;
-  b.dtype = t.scalar_type();
-  b.data = t.numel() ? static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize() : nullptr;
-  b.sizes.assign(t.sizes().begin(), t.sizes().end());
-  b.strides.assign(t.strides().begin(), t.strides().end());
-  return b;
-}
-
 void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& news, const CallState& st,
                  torch::jit::Stack* stack) {
   switch (r.kind) {
@@ -422,6 +406,16 @@ void run_cpu_fallback(const c10::OperatorHandle& op, const OpInfo& info, torch::
 thread_local CallState t_call;
 
 }  // namespace
+
+runtime::Binding tensor_binding(const at::Tensor& t) {
+  runtime::Binding b;
+  b.kind = runtime::Binding::Kind::Tensor;
+  b.dtype = t.scalar_type();
+  b.data = t.numel() ? static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize() : nullptr;
+  b.sizes.assign(t.sizes().begin(), t.sizes().end());
+  b.strides.assign(t.strides().begin(), t.strides().end());
+  return b;
+}
 
 void set_compile_hook(CompileHook hook) { g_compile_hook = hook; }
 

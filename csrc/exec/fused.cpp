@@ -309,16 +309,6 @@ Resolution resolve(const Pending& p, const at::Tensor& t) {
   return r;
 }
 
-runtime::Binding binding_of(const at::Tensor& t) {
-  runtime::Binding b;
-  b.kind = runtime::Binding::Kind::Tensor;
-  b.dtype = t.scalar_type();
-  b.data = t.numel() ? static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize() : nullptr;
-  b.sizes.assign(t.sizes().begin(), t.sizes().end());
-  b.strides.assign(t.strides().begin(), t.strides().end());
-  return b;
-}
-
 runtime::Binding long_scalar(uint64_t v) {
   runtime::Binding b;
   b.kind = runtime::Binding::Kind::Scalar;
@@ -698,7 +688,7 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
                                         : news[static_cast<size_t>(o.new_index)];
     Store st;
     st.storage = StorageWeak(t.storage().getWeakStorageImpl());
-    st.dest = binding_of(t);
+    st.dest = tensor_binding(t);
     st.offset = t.storage_offset();
     st.op = k;
     st.node = o.node;
