@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -26,8 +27,8 @@ using StorageStrong = c10::intrusive_ptr<c10::StorageImpl>;
 
 // Where one binding of a recorded op's program comes from.
 struct Source {
-  enum Kind : uint8_t { kSlot, kValue, kUnused } kind = kUnused;
-  int32_t index = 0;       // kSlot: composed input slot; kValue: the producing pending op
+  enum Kind : uint8_t { kSlot, kValue, kMerged, kUnused } kind = kUnused;
+  int32_t index = 0;       // kSlot: composed input slot; kValue: the producing pending op; kMerged: merge
   int32_t node = 0;        // kValue: node id in the producing op's program
   int32_t transform = -1;  // kValue: index into Pending::transforms, or -1 (read as stored)
 };
@@ -61,10 +62,32 @@ struct PendingOp {
   std::string source_line;
 };
 
+// The newest value of a region of a storage, readable as SSA: a stored node (kValue) or an
+// earlier value with a partial write merged in (kMerged).
+struct StorageValue {
+  bool valid = false;
+  Source source;
+  int64_t offset = 0;
+  c10::SmallVector<int64_t, 6> sizes, strides;
+  c10::ScalarType dtype = c10::kFloat;
+};
+
+// A write through a view into a storage whose contiguous value the graph holds: the new value of
+// the whole region is `base` with the stored node written at the view (a dynamic_update_slice).
+struct Merge {
+  Source base;
+  int32_t op = 0, node = 0;  // the stored value
+  int64_t w_offset = 0;
+  std::vector<int64_t> w_sizes;
+  int64_t v_offset = 0;
+  std::vector<int64_t> v_sizes, v_strides;
+};
+
 // What the graph knows about one storage it touches.
 struct StorageState {
   int32_t last_store = -1;
   int32_t last_load_slot = -1;
+  StorageValue value;
 };
 
 struct Pending {
@@ -72,6 +95,7 @@ struct Pending {
   std::vector<PendingOp> ops;
   std::vector<Source> sources;
   std::vector<std::vector<ir::Node>> transforms;
+  std::vector<Merge> merges;
   std::vector<Slot> slots;
   std::vector<Store> stores;
   std::unordered_map<const c10::StorageImpl*, StorageState> storages;
@@ -163,47 +187,99 @@ ir::Node view_node(ir::OpKind kind, ir::DType dtype, std::vector<int64_t> shape,
   return n;
 }
 
-// Appends to `out` the nodes (operand -1: the previous value) that turn a value stored
-// contiguously at element offset `w_offset` with shape `w_sizes` into the view (r_offset,
-// r_sizes, r_strides) of the same storage: reshape to rows of the view's outermost stride, slice
-// the view's box out of them, transpose into the view's dimension order, broadcast stride-0
-// dimensions. False when no such chain exists (overlapping strides, a box that wraps rows).
-bool express_view(int64_t w_offset, c10::IntArrayRef w_sizes, ir::DType dtype, int64_t r_offset,
-                  c10::IntArrayRef r_sizes, c10::IntArrayRef r_strides, std::vector<ir::Node>& out) {
-  const int64_t n = c10::multiply_integers(w_sizes);
-  const int64_t rel = r_offset - w_offset;
-  if (rel < 0 || n == 0) return false;
+// How a strided view of a value stored contiguously (n elements) sits in that value: with the
+// view's dimensions sorted by decreasing stride, the first `len` elements reshaped to `base`
+// (rows of the outermost stride, then each stride's quotient by the next, then the innermost
+// stride) contain the view as the box [start, limit) — the last base dimension sliced to one
+// element. Size-1 dimensions are ignored; stride-0 dimensions are broadcasts.
+struct BoxLayout {
   struct Dim {
     int64_t size, stride;
-    size_t pos;
+    size_t pos;  // dimension index in the view
   };
-  std::vector<Dim> real;
+  std::vector<Dim> real;  // dims with size > 1 and stride > 0, by decreasing stride
   bool broadcast = false;
+  int64_t len = 0;
+  std::vector<int64_t> base, start, limit;
+};
+
+bool box_layout(int64_t n, int64_t rel, c10::IntArrayRef sizes, c10::IntArrayRef strides, BoxLayout& box) {
+  if (rel < 0 || n == 0) return false;
   int64_t last = rel;
-  for (size_t d = 0; d < r_sizes.size(); ++d) {
-    if (r_sizes[d] == 0) return false;
-    if (r_sizes[d] == 1) continue;
-    if (r_strides[d] == 0) {
-      broadcast = true;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return false;
+    if (sizes[d] == 1) continue;
+    if (strides[d] == 0) {
+      box.broadcast = true;
       continue;
     }
-    if (r_strides[d] < 0) return false;
-    real.push_back({r_sizes[d], r_strides[d], d});
-    last += (r_sizes[d] - 1) * r_strides[d];
+    if (strides[d] < 0) return false;
+    box.real.push_back({sizes[d], strides[d], d});
+    last += (sizes[d] - 1) * strides[d];
   }
   if (last >= n) return false;
-  std::stable_sort(real.begin(), real.end(), [](const Dim& a, const Dim& b) { return a.stride > b.stride; });
+  auto& real = box.real;
+  std::stable_sort(real.begin(), real.end(), [](const auto& a, const auto& b) { return a.stride > b.stride; });
   for (size_t k = 0; k + 1 < real.size(); ++k) {
     if (real[k].stride == real[k + 1].stride || real[k].stride % real[k + 1].stride != 0) return false;
   }
-  std::vector<int64_t> cur(w_sizes.begin(), w_sizes.end());
-  auto reshape_to = [&](const std::vector<int64_t>& shape) {
-    if (shape != cur) {
-      out.push_back(view_node(ir::OpKind::kReshape, dtype, shape, {}));
-      cur = shape;
-    }
-  };
-  auto slice = [&](const std::vector<int64_t>& start, const std::vector<int64_t>& limit) {
+  const size_t m = real.size();
+  if (m == 0) {  // one element
+    box.len = n;
+    box.base = {n};
+    box.start = {rel};
+    box.limit = {rel + 1};
+    return true;
+  }
+  const int64_t s0 = real[0].stride;
+  box.len = (last / s0 + 1) * s0;  // whole rows of the outermost dimension
+  if (box.len > n) return false;
+  box.base = {box.len / s0};
+  for (size_t k = 1; k < m; ++k) box.base.push_back(real[k - 1].stride / real[k].stride);
+  box.base.push_back(real[m - 1].stride);
+  box.start.assign(m + 1, 0);
+  box.limit.assign(m + 1, 0);
+  int64_t rem = rel;
+  for (size_t k = 0; k < m; ++k) {
+    box.start[k] = rem / real[k].stride;
+    rem %= real[k].stride;
+    box.limit[k] = box.start[k] + real[k].size;
+    if (box.limit[k] > box.base[k]) return false;
+  }
+  box.start[m] = rem;
+  box.limit[m] = rem + 1;
+  return true;
+}
+
+// The view's real dims, in view order, as positions into the stride-sorted list.
+std::vector<int64_t> view_order(const BoxLayout& box) {
+  std::vector<int64_t> perm(box.real.size());
+  for (size_t k = 0; k < perm.size(); ++k) perm[k] = static_cast<int64_t>(k);
+  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+    return box.real[static_cast<size_t>(a)].pos < box.real[static_cast<size_t>(b)].pos;
+  });
+  return perm;
+}
+
+bool is_identity(const std::vector<int64_t>& perm) {
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+// Appends nodes to a chain (operand -1 = the previous value), skipping no-op steps.
+struct Chain {
+  ir::DType dtype;
+  std::vector<int64_t> cur;
+  std::vector<ir::Node>& out;
+
+  void reshape(const std::vector<int64_t>& shape) {
+    if (shape == cur) return;
+    out.push_back(view_node(ir::OpKind::kReshape, dtype, shape, {}));
+    cur = shape;
+  }
+  void slice(const std::vector<int64_t>& start, const std::vector<int64_t>& limit) {
     std::vector<int64_t> shape(start.size());
     bool full = true;
     for (size_t d = 0; d < start.size(); ++d) {
@@ -216,63 +292,59 @@ bool express_view(int64_t w_offset, c10::IntArrayRef w_sizes, ir::DType dtype, i
     attrs.insert(attrs.end(), start.size(), 1);
     out.push_back(view_node(ir::OpKind::kSlice, dtype, shape, std::move(attrs)));
     cur = shape;
-  };
-  const size_t m = real.size();
-  if (m == 0) {  // one element, possibly broadcast
-    reshape_to({n});
-    slice({rel}, {rel + 1});
-  } else {
-    const int64_t s0 = real[0].stride;
-    const int64_t len = (last / s0 + 1) * s0;  // whole rows of the outermost dimension
-    if (len > n) return false;
-    reshape_to({n});
-    slice({0}, {len});
-    std::vector<int64_t> base{len / s0};
-    for (size_t k = 1; k < m; ++k) base.push_back(real[k - 1].stride / real[k].stride);
-    base.push_back(real[m - 1].stride);
-    reshape_to(base);
-    std::vector<int64_t> start(m + 1), limit(m + 1);
-    int64_t rem = rel;
-    for (size_t k = 0; k < m; ++k) {
-      start[k] = rem / real[k].stride;
-      rem %= real[k].stride;
-      limit[k] = start[k] + real[k].size;
-      if (limit[k] > base[k]) return false;
-    }
-    start[m] = rem;
-    limit[m] = rem + 1;
-    slice(start, limit);
   }
-  std::vector<int64_t> sorted_sizes;
-  for (const Dim& d : real) sorted_sizes.push_back(d.size);
-  reshape_to(sorted_sizes);
-  // Dimension order of the view: real dims sorted by their position in the view.
-  std::vector<size_t> by_pos(m);
-  for (size_t k = 0; k < m; ++k) by_pos[k] = k;
-  std::sort(by_pos.begin(), by_pos.end(), [&](size_t a, size_t b) { return real[a].pos < real[b].pos; });
-  bool identity = true;
-  std::vector<int64_t> perm(m), permuted(m);
-  for (size_t i = 0; i < m; ++i) {
-    perm[i] = static_cast<int64_t>(by_pos[i]);
-    permuted[i] = real[by_pos[i]].size;
-    identity &= by_pos[i] == i;
+  void transpose(const std::vector<int64_t>& perm) {
+    if (is_identity(perm)) return;
+    std::vector<int64_t> shape(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) shape[i] = cur[static_cast<size_t>(perm[i])];
+    out.push_back(view_node(ir::OpKind::kTranspose, dtype, shape, perm));
+    cur = shape;
   }
-  if (!identity) {
-    out.push_back(view_node(ir::OpKind::kTranspose, dtype, permuted, perm));
-    cur = permuted;
-  }
+};
+
+std::vector<int64_t> sorted_sizes(const BoxLayout& box) {
+  std::vector<int64_t> s;
+  for (const auto& d : box.real) s.push_back(d.size);
+  return s;
+}
+
+// Appends to `out` the nodes (operand -1: the previous value) that turn a value stored
+// contiguously at element offset `w_offset` with shape `w_sizes` into the view (r_offset,
+// r_sizes, r_strides) of the same storage: reshape to the box layout, slice the box, transpose
+// into the view's dimension order, broadcast stride-0 dimensions. False when no such chain
+// exists (overlapping strides, a box that wraps rows).
+bool express_view(int64_t w_offset, c10::IntArrayRef w_sizes, ir::DType dtype, int64_t r_offset,
+                  c10::IntArrayRef r_sizes, c10::IntArrayRef r_strides, std::vector<ir::Node>& out) {
+  const int64_t n = c10::multiply_integers(w_sizes);
+  BoxLayout box;
+  if (!box_layout(n, r_offset - w_offset, r_sizes, r_strides, box)) return false;
+  Chain c{dtype, std::vector<int64_t>(w_sizes.begin(), w_sizes.end()), out};
+  c.reshape({n});
+  c.slice({0}, {box.len});
+  c.reshape(box.base);
+  c.slice(box.start, box.limit);
+  c.reshape(sorted_sizes(box));
+  c.transpose(view_order(box));
   std::vector<int64_t> with_ones(r_sizes.begin(), r_sizes.end());
   for (size_t d = 0; d < r_sizes.size(); ++d) {
     if (r_sizes[d] > 1 && r_strides[d] == 0) with_ones[d] = 1;
   }
-  reshape_to(with_ones);
-  if (broadcast) {
+  c.reshape(with_ones);
+  if (box.broadcast) {
     std::vector<int64_t> dims(r_sizes.size());
     for (size_t d = 0; d < dims.size(); ++d) dims[d] = static_cast<int64_t>(d);
     out.push_back(view_node(ir::OpKind::kBroadcastInDim, dtype, std::vector<int64_t>(r_sizes.begin(), r_sizes.end()),
                             std::move(dims)));
   }
   return true;
+}
+
+// Whether a write through the view (v_offset, v_sizes, v_strides) into a value stored
+// contiguously at w_offset with w_sizes can be expressed as an update of that value.
+bool can_update(int64_t w_offset, c10::IntArrayRef w_sizes, int64_t v_offset, c10::IntArrayRef v_sizes,
+                c10::IntArrayRef v_strides) {
+  BoxLayout box;
+  return box_layout(c10::multiply_integers(w_sizes), v_offset - w_offset, v_sizes, v_strides, box) && !box.broadcast;
 }
 
 ir::DType ir_dtype(c10::ScalarType t) { return static_cast<ir::DType>(t); }
@@ -289,20 +361,18 @@ Resolution resolve(const Pending& p, const at::Tensor& t) {
   if (t.numel() == 0) return r;  // nothing to read: a load of no memory
   auto it = p.storages.find(t.storage().unsafeGetStorageImpl());
   if (it == p.storages.end() || it->second.last_store < 0) return r;  // a load from memory
-  const Store& w = p.stores[static_cast<size_t>(it->second.last_store)];
-  r.source.kind = Source::kValue;
-  r.source.index = w.op;
-  r.source.node = w.node;
-  if (w.dest.dtype != t.scalar_type()) {
+  const StorageValue& w = it->second.value;
+  r.source = w.source;
+  if (!w.valid || w.dtype != t.scalar_type()) {
     r.needs_flush = true;
     return r;
   }
-  if (w.offset == t.storage_offset() && c10::IntArrayRef(w.dest.sizes).equals(t.sizes()) &&
-      c10::IntArrayRef(w.dest.strides).equals(t.strides())) {
+  if (w.offset == t.storage_offset() && c10::IntArrayRef(w.sizes).equals(t.sizes()) &&
+      c10::IntArrayRef(w.strides).equals(t.strides())) {
     return r;  // read exactly as written
   }
-  if (!is_contiguous(w.dest.sizes, w.dest.strides) ||
-      !express_view(w.offset, w.dest.sizes, ir_dtype(t.scalar_type()), t.storage_offset(), t.sizes(), t.strides(),
+  if (!is_contiguous(w.sizes, w.strides) ||
+      !express_view(w.offset, w.sizes, ir_dtype(t.scalar_type()), t.storage_offset(), t.sizes(), t.strides(),
                     r.transform)) {
     r.needs_flush = true;
   }
@@ -338,6 +408,71 @@ std::shared_ptr<FusedProgram> compose(const Pending& p, const std::vector<uint8_
     n.iattrs = {slot};
     return add(std::move(n));
   };
+  auto node_of = [&](ir::OpKind kind, ir::DType dtype, std::vector<int64_t> shape, std::vector<int64_t> iattrs,
+                     std::vector<int32_t> operands) {
+    ir::Node n = view_node(kind, dtype, std::move(shape), std::move(iattrs));
+    n.operands = std::move(operands);
+    return add(std::move(n));
+  };
+  auto chain = [&](int32_t cur, const std::vector<ir::Node>& nodes) {
+    for (ir::Node t : nodes) {
+      t.operands = {cur};
+      cur = add(std::move(t));
+    }
+    return cur;
+  };
+  // A merged value: the base value with the stored node written into the view's box
+  // (reshape to the box layout, dynamic_update_slice, reshape back). Pure SSA, so building it
+  // at its first reader is as good as at the write.
+  std::vector<int32_t> merged(p.merges.size(), -1);
+  std::function<int32_t(const Source&)> materialize = [&](const Source& s) -> int32_t {
+    if (s.kind == Source::kValue) return remap[static_cast<size_t>(s.index)][static_cast<size_t>(s.node)];
+    TPU_CHECK(s.kind == Source::kMerged, "fused mode: unexpected value source");
+    int32_t& memo = merged[static_cast<size_t>(s.index)];
+    if (memo >= 0) return memo;
+    const Merge& mg = p.merges[static_cast<size_t>(s.index)];
+    const int32_t w = materialize(mg.base);
+    const ir::DType dtype = g.node(w).dtype;
+    const int64_t n = c10::multiply_integers(mg.w_sizes);
+    BoxLayout box;
+    TPU_CHECK(box_layout(n, mg.v_offset - mg.w_offset, mg.v_sizes, mg.v_strides, box), "fused mode: bad merge");
+    // The update, from view order into the box's (stride-sorted, trailing 1) shape.
+    int32_t u = remap[static_cast<size_t>(mg.op)][static_cast<size_t>(mg.node)];
+    if (g.node(u).dtype != dtype) u = node_of(ir::OpKind::kConvert, dtype, g.node(u).shape, {}, {u});
+    std::vector<ir::Node> steps;
+    Chain cu{dtype, g.node(u).shape, steps};
+    const std::vector<int64_t> perm = view_order(box);
+    std::vector<int64_t> in_view_order, inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) {
+      in_view_order.push_back(box.real[static_cast<size_t>(perm[i])].size);
+      inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+    }
+    cu.reshape(in_view_order);
+    cu.transpose(inverse);
+    std::vector<int64_t> box_shape(box.start.size());
+    for (size_t d = 0; d < box_shape.size(); ++d) box_shape[d] = box.limit[d] - box.start[d];
+    cu.reshape(box_shape);
+    u = chain(u, steps);
+    steps.clear();
+    Chain cw{dtype, mg.w_sizes, steps};
+    cw.reshape({n});
+    const int32_t flat = chain(w, steps);
+    int32_t head = flat;
+    if (box.len < n) head = node_of(ir::OpKind::kSlice, dtype, {box.len}, {0, box.len, 1}, {flat});
+    int32_t based = head;
+    if (box.base != std::vector<int64_t>{box.len}) based = node_of(ir::OpKind::kReshape, dtype, box.base, {}, {head});
+    std::vector<int32_t> operands{based, u};
+    for (int64_t st : box.start) operands.push_back(node_of(ir::OpKind::kConstant, ir::DType::kI64, {}, {st}, {}));
+    int32_t upd = node_of(ir::OpKind::kDynamicUpdateSlice, dtype, box.base, {}, std::move(operands));
+    if (box.base != std::vector<int64_t>{box.len}) upd = node_of(ir::OpKind::kReshape, dtype, {box.len}, {}, {upd});
+    if (box.len < n) {
+      int32_t tail = node_of(ir::OpKind::kSlice, dtype, {n - box.len}, {box.len, n, 1}, {flat});
+      upd = node_of(ir::OpKind::kConcatenate, dtype, {n}, {0}, {upd, tail});
+    }
+    if (mg.w_sizes != std::vector<int64_t>{n}) upd = node_of(ir::OpKind::kReshape, dtype, mg.w_sizes, {}, {upd});
+    memo = upd;
+    return upd;
+  };
   fp->store_node.assign(p.stores.size(), -1);
   for (size_t k = 0; k < p.ops.size(); ++k) {
     current_op = static_cast<int32_t>(k);
@@ -367,7 +502,7 @@ std::shared_ptr<FusedProgram> compose(const Pending& p, const std::vector<uint8_
         rm[static_cast<size_t>(i)] = param(node, s.index);
         continue;
       }
-      int32_t cur = remap[static_cast<size_t>(s.index)][static_cast<size_t>(s.node)];
+      int32_t cur = materialize(s);
       if (s.transform >= 0) {
         for (ir::Node t : p.transforms[static_cast<size_t>(s.transform)]) {
           t.operands = {cur};
@@ -644,10 +779,16 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
     Source s;  // kUnused unless read
     if (b >= program->reads_binding.size() || !program->reads_binding[b]) {
       p.mix(-4);  // not read (an out= target): no load, no reference to its tensor
-    } else if (binding.kind == runtime::Binding::Kind::Tensor && res[b].source.kind == Source::kValue) {
+    } else if (binding.kind == runtime::Binding::Kind::Tensor &&
+               (res[b].source.kind == Source::kValue || res[b].source.kind == Source::kMerged)) {
       s = res[b].source;
-      p.mix(k - s.index);
-      p.mix(s.node);
+      if (s.kind == Source::kValue) {
+        p.mix(k - s.index);
+        p.mix(s.node);
+      } else {
+        p.mix(-5);
+        p.mix(s.index);
+      }
       if (!res[b].transform.empty()) {
         s.transform = static_cast<int32_t>(p.transforms.size());
         for (const auto& n : res[b].transform) p.mix(static_cast<int64_t>(ir::hash_node(n)));
@@ -707,6 +848,37 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
       p.mix(same ? 1 : 2);
     } else {
       p.mix(0);
+    }
+    // The storage's readable value: a write through a view into a contiguous value the graph
+    // holds is merged into it; any other write becomes the value of the region it covers.
+    StorageValue& v = ss.value;
+    const bool same_region = v.valid && v.offset == st.offset && v.sizes == st.dest.sizes &&
+                             v.strides == st.dest.strides && v.dtype == st.dest.dtype;
+    if (!same_region && v.valid && v.dtype == st.dest.dtype && is_contiguous(v.sizes, v.strides) &&
+        can_update(v.offset, v.sizes, st.offset, st.dest.sizes, st.dest.strides)) {
+      Merge mg;
+      mg.base = v.source;
+      mg.op = k;
+      mg.node = o.node;
+      mg.w_offset = v.offset;
+      mg.w_sizes.assign(v.sizes.begin(), v.sizes.end());
+      mg.v_offset = st.offset;
+      mg.v_sizes.assign(st.dest.sizes.begin(), st.dest.sizes.end());
+      mg.v_strides.assign(st.dest.strides.begin(), st.dest.strides.end());
+      for (int64_t w : {int64_t{3}, mg.v_offset - mg.w_offset}) p.mix(w);
+      for (int64_t w : mg.v_sizes) p.mix(w);
+      for (int64_t w : mg.v_strides) p.mix(w);
+      v.source = Source{Source::kMerged, static_cast<int32_t>(p.merges.size()), 0, -1};
+      p.merges.push_back(std::move(mg));
+    } else {
+      v.valid = true;
+      v.source = Source{Source::kValue, k, o.node, -1};
+      v.offset = st.offset;
+      v.sizes = st.dest.sizes;
+      v.strides = st.dest.strides;
+      v.dtype = st.dest.dtype;
+      p.mix(4);
+      for (int64_t w : v.strides) p.mix(w);  // whether later reads can be expressed depends on them
     }
     ss.last_store = static_cast<int32_t>(p.stores.size());
     p.stores.push_back(std::move(st));

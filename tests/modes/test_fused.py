@@ -271,3 +271,23 @@ def test_memory_pressure_flushes_pending_work():
     """)
     env = dict(os.environ, TORCH_TPU_HOST_MEMORY="64MiB")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+
+
+def test_writes_through_views_stay_in_the_graph():
+    # A KV-cache-like buffer filled column by column, a row update and a strided fill: every
+    # write through a view is merged into the buffer's pending value, so reads never flush.
+    cache = torch.zeros(4, 8, device="tpu")
+    ref = torch.zeros(4, 8)
+    for t in range(8):
+        col = torch.full((4,), float(t + 1), device="tpu") * 2
+        cache[:, t] = col
+        ref[:, t] = torch.full((4,), float(t + 1)) * 2
+    cache[1].add_(100)
+    ref[1].add_(100)
+    cache[::2, 2::2] = -1.0
+    ref[::2, 2::2] = -1.0
+    total = cache.sum(dim=1) + cache.t()[2]
+    assert fused()["flushes"] == 0
+    torch.testing.assert_close(total.cpu(), ref.sum(dim=1) + ref.t()[2])
+    torch.testing.assert_close(cache.cpu(), ref)
+    assert "view_read" not in fused()["flushes_by_cause"]
