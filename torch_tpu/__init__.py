@@ -18,7 +18,7 @@ _register()
 
 from .config import env_vars  # noqa: E402
 from .modes import get_mode, mode, set_mode  # noqa: E402
-from .runtime_info import fallback_enabled, metrics, reset_metrics, set_fallback, sync  # noqa: E402
+from .runtime_info import cache_stats, fallback_enabled, metrics, reset_metrics, set_fallback, sync  # noqa: E402
 
 atexit.register(_C._synchronize)
 
@@ -26,4 +26,4 @@ __version__ = "0.1.0"
 
 
 __all__ = ["get_mode", "set_mode", "mode", "metrics", "reset_metrics", "set_fallback", "fallback_enabled",
-           "sync", "env_vars"]
+           "sync", "env_vars", "cache_stats"]

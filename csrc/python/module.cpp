@@ -9,4 +9,5 @@ PYBIND11_MODULE(_C, m) {
   torch_tpu::python::init_ir_bindings(m);
   torch_tpu::python::init_device_bindings(m);
   torch_tpu::python::init_exec_bindings(m);
+  torch_tpu::python::init_cache_bindings(m);
 }
