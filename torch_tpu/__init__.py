@@ -19,6 +19,7 @@ _register()
 from .config import env_vars  # noqa: E402
 from .modes import get_mode, mode, set_mode  # noqa: E402
 from .runtime_info import (  # noqa: E402
+    cache_stats,
     fallback_enabled,
     metrics,
     reset_metrics,
@@ -39,4 +40,4 @@ __version__ = "0.1.0"
 
 
 __all__ = ["get_mode", "set_mode", "mode", "metrics", "reset_metrics", "set_fallback", "fallback_enabled",
-           "sync", "env_vars", "set_debug_fusion"]
+           "sync", "env_vars", "set_debug_fusion", "cache_stats"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import torch
 
 from . import _C
@@ -20,3 +23,20 @@ def register() -> None:
     from .lowering.bridge import lower_from_dispatch
 
     _C._set_lowering_callback(lower_from_dispatch)
+    _C._configure_disk_cache(lowering_fingerprint())
+
+
+def lowering_fingerprint() -> str:
+    """A short hash of what decides the programs the disk cache stores: the
+    sources of the lowerings and the IR builder, and the extension's size and modification time.
+    It names the disk tier's versioned directory, so editing a lowering (or rebuilding _C) never
+    reuses programs compiled by the old code. Costs about a millisecond at import."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for folder in ("lowering", "ir"):
+        for path in sorted((root / folder).glob("*.py")):
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    ext = Path(_C.__file__).stat()
+    h.update(f"{ext.st_size}:{ext.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]

@@ -46,3 +46,15 @@ def fallback_enabled() -> bool:
 def sync(device: int | None = None) -> None:
     """Wait for all queued work (of one device, or of all devices)."""
     _C._synchronize(-1 if device is None else device)
+
+
+def cache_stats() -> dict[str, Any]:
+    """Statistics of the program cache's disk tier (docs/architecture.md, "Program cache").
+
+    Keys: ``enabled`` (False when TORCH_TPU_CACHE_DIR is ``off`` or the directory was refused),
+    ``directory`` (the versioned entry directory), ``hits``, ``misses``, ``writes``, ``corrupt``
+    (entries found damaged, deleted and recompiled), ``evictions`` (entries deleted to stay under
+    TORCH_TPU_CACHE_MAX_BYTES), ``bytes`` (entries on disk, estimated between scans) and
+    ``max_bytes``. The in-memory tier's counters are in :func:`metrics`.
+    """
+    return _C._disk_cache_stats()

@@ -24,6 +24,13 @@ const std::vector<EnvVar>& registry() {
        "`cpu` runs ops with no lowering on the CPU (warns once per op, counted in "
        "torch_tpu.metrics()); `none` raises NotImplementedError. Python: torch_tpu.set_fallback()."},
       {"TORCH_TPU_PROGRAM_CACHE_SIZE", "8192", "Programs kept in the in-memory program cache (LRU)."},
+      {"TORCH_TPU_CACHE_DIR", "",
+       "Directory of the program cache's disk tier, shared by processes of one user (created with "
+       "mode 0700; refused if other users can write it). Default: `$XDG_CACHE_HOME/torch_tpu` or "
+       "`~/.cache/torch_tpu`. `off` or empty disables the disk tier."},
+      {"TORCH_TPU_CACHE_MAX_BYTES", "1GiB",
+       "Size bound of the disk tier: bytes or a size with a unit (`512MiB`, `2GB`); least recently "
+       "used entries are deleted beyond it."},
       {"TORCH_TPU_INLINE_WORK", "32768",
        "Strict mode runs a program on the calling thread, instead of the stream's worker, when "
        "its stream is idle and its work estimate (elements produced; contractions x64) is at most "

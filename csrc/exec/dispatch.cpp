@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "common/check.h"
+#include "compiler/disk_cache.h"
 #include "compiler/program_cache.h"
 #include "device/allocator.h"
 #include "device/device.h"
@@ -18,6 +19,7 @@
 #include "device/stream.h"
 #include "exec/call.h"
 #include "exec/fused.h"
+#include "exec/disk_tier.h"
 #include "exec/metrics.h"
 #include "exec/mode.h"
 
@@ -254,7 +256,8 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
           for (bool b : l) mix(st, b);
         } else if (v.isString()) {
           mix(st, kTagString);
-          mix(st, static_cast<int64_t>(std::hash<std::string_view>{}(v.toStringView())));
+          auto str = v.toStringView();  // FNV-1a: stable across processes (the disk tier's keys)
+          mix(st, static_cast<int64_t>(compiler::fnv1a(str.data(), str.size())));
         } else if (v.isDevice()) {
           auto d = v.toDevice();
           mix(st, kTagDevice);
@@ -454,18 +457,36 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     metrics().cache_misses++;
     TPU_CHECK(g_compile_hook != nullptr, "torch_tpu is not initialised: import torch_tpu first");
     auto start = std::chrono::steady_clock::now();
-    prog = g_compile_hook(op, info, args, st);
-    metrics().compile_ns += static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-    if (!prog) {
-      run_cpu_fallback(op, info, stack);
-      return;
-    }
-    metrics().programs_compiled++;
-    if (prog->baked_scalars && !info.bake_scalars) {
-      info.bake_scalars = true;  // from now on this op keys on its scalar values
+    auto add_compile_time = [&] {
+      metrics().compile_ns += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    };
+    // The disk tier first (exec/disk_tier.h): a program an earlier process compiled.
+    disk_tier::Lookup found = disk_tier::load(op, info, st);
+    if (found.bakes_scalars && !info.bake_scalars) {
+      info.bake_scalars = true;  // an earlier process learned this op keys on its scalar values
       gather(st, info, args);
+      prog = cache.find(st.key, st.hash);
+      if (!prog) found = disk_tier::load(op, info, st);
     }
+    if (!prog) prog = std::move(found.program);
+    if (!prog) {
+      prog = g_compile_hook(op, info, args, st);
+      if (!prog) {
+        add_compile_time();
+        run_cpu_fallback(op, info, stack);
+        return;
+      }
+      metrics().programs_compiled++;
+      std::vector<int64_t> unbaked_key;
+      if (prog->baked_scalars && !info.bake_scalars) {
+        if (disk_tier::enabled()) unbaked_key = disk_tier::stable_key(op, st);
+        info.bake_scalars = true;  // from now on this op keys on its scalar values
+        gather(st, info, args);
+      }
+      disk_tier::store(op, st, *prog, unbaked_key);
+    }
+    add_compile_time();
     cache.insert(st.key, st.hash, prog);
   }
   execute(prog, info, st, nargs, stack);

@@ -8,4 +8,5 @@ void init_ir_bindings(pybind11::module_& m);      // ir_bindings.cpp: graphs, ho
 void init_device_bindings(pybind11::module_& m);  // device_bindings.cpp: devices, memory, streams, rng
 void init_exec_bindings(pybind11::module_& m);    // exec_bindings.cpp: modes, lowering bridge, metrics
 void init_fused_bindings(pybind11::module_& m);   // fused_bindings.cpp: flushing, fusion diagnostics
+void init_cache_bindings(pybind11::module_& m);   // cache_bindings.cpp: the program cache's disk tier
 }  // namespace torch_tpu::python

@@ -1,0 +1,117 @@
+// Persistent (disk) tier of the program cache: stable key -> serialized program, shared by all
+// processes of one user.
+//
+// Design (see docs/architecture.md, "Program cache"):
+// - Layout: <root>/<version>/<16 hex digits>.tpp, one file per entry, named by a 64-bit FNV-1a
+//   hash of the key words. <root> is TORCH_TPU_CACHE_DIR (default $XDG_CACHE_HOME/torch_tpu or
+//   ~/.cache/torch_tpu; `off` or empty disables the tier). <version> names everything that
+//   changes what an entry means: this file format, the program format, the torch version, the
+//   IR op count, kCompilerVersion and a fingerprint of the Python lowerings and the extension
+//   (computed by the package at import). An upgrade therefore starts a fresh directory and
+//   never reads stale entries; old directories are left for the user to delete.
+// - Entry: a 32-byte header (magic "TPUPCACH", format version, key word count, payload length,
+//   64-bit FNV-1a checksum over key words and payload), the key words, the payload. A read
+//   checks the magic, version, exact file length and checksum; a mismatch is corruption: warn
+//   (once per process), delete the file, report a miss. Key words that differ from the
+//   requested key (a hash collision) are a plain miss.
+// - Atomicity: an entry is written to a unique temporary file in the same directory
+//   (".tmp.<pid>.<thread>.<counter>") and renamed over its final name, so concurrent processes
+//   see either the old entry, the new one or none, never a partial one. Data is not fsynced:
+//   after a crash a torn entry fails its checksum and is rewritten.
+// - Safety: directories are created with mode 0700; a root or version directory owned by
+//   another user or writable by group/others is refused (warn once, tier disabled). Entry
+//   files are opened with O_NOFOLLOW. The cache never throws into its caller: I/O failures
+//   are misses (load) or skipped writes (store).
+// - Size: max_bytes bounds the whole root. After writes, when an estimate of its size passes
+//   max_bytes (or every kRescanWrites writes, to notice other processes' entries) the root is
+//   scanned and entries are deleted down to 90% of max_bytes: other versions' entries first
+//   (they are never read again), then the least recently used (oldest mtime; a hit touches its
+//   entry). Temporary files older than ten minutes (left by killed writers) go too.
+// Thread-safe; safe under concurrent processes sharing the directory.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace torch_tpu::compiler {
+
+inline constexpr uint32_t kDiskFormatVersion = 1;
+// Bump when the C++ side of compilation changes what a key or a stored program means (the
+// dispatcher's key layout, the lowering bridge's argument description, IR semantics). The
+// lowering fingerprint covers rebuilt extensions in development; this covers releases.
+inline constexpr uint32_t kCompilerVersion = 1;
+
+struct DiskCacheStats {
+  bool enabled = false;
+  std::string directory;  // the versioned entry directory ("" when disabled)
+  uint64_t hits = 0, misses = 0, writes = 0, corrupt = 0, evictions = 0;
+  uint64_t bytes = 0;  // estimated bytes of entries under the root, all versions (exact after a scan)
+  uint64_t max_bytes = 0;
+};
+
+class DiskCache {
+ public:
+  // Opens (creating it, mode 0700) <root>/<version>. Never throws: an unusable or unsafe
+  // directory warns once and leaves the cache disabled (enabled() false).
+  DiskCache(const std::string& root, const std::string& version, uint64_t max_bytes);
+
+  bool enabled() const { return enabled_; }
+  const std::string& directory() const { return dir_; }
+
+  // The payload stored under `key`, or nullopt (miss, disabled, corrupt entry: deleted).
+  // A hit refreshes the entry's mtime (its LRU age).
+  std::optional<std::string> load(const std::vector<int64_t>& key);
+  // Writes the entry atomically; false when disabled or on an I/O error (warned once).
+  bool store(const std::vector<int64_t>& key, std::string_view payload);
+  // The caller found a loaded payload unusable (it failed to deserialize or verify): delete
+  // the entry and count it as corrupt (warns once).
+  void discard(const std::vector<int64_t>& key, const std::string& why);
+
+  DiskCacheStats stats();
+
+  // Scans the directory and evicts down to 90% of max_bytes if it is over; returns the bytes
+  // of entries after eviction. Called by store(); public for tests.
+  uint64_t scan_and_evict();
+
+  static constexpr size_t kHeaderBytes = 32;
+  static constexpr uint64_t kRescanWrites = 256;
+
+ private:
+  std::string path_for(const std::vector<int64_t>& key) const;
+  void count_corrupt(const std::string& path, const std::string& why, int fd);
+
+  bool enabled_ = false;
+  std::string root_;
+  std::string dir_;
+  uint64_t max_bytes_;
+  std::atomic<uint64_t> hits_{0}, misses_{0}, writes_{0}, corrupt_{0}, evictions_{0}, tmp_counter_{0};
+  std::mutex scan_mu_;  // guards the fields below and serializes scans
+  bool scanned_ = false;
+  uint64_t bytes_ = 0;
+  uint64_t writes_since_scan_ = 0;
+};
+
+// 64-bit FNV-1a (stable across processes and builds, unlike std::hash).
+uint64_t fnv1a(const void* data, size_t size, uint64_t seed = 0xcbf29ce484222325ull);
+
+// The root directory from TORCH_TPU_CACHE_DIR / XDG_CACHE_HOME / HOME; "" when disabled.
+std::string default_cache_root();
+// The versioned subdirectory name for a lowering fingerprint.
+std::string cache_version(const std::string& lowering_fingerprint);
+
+// The process-wide disk tier: null until configure_disk_cache() ran, or when it is disabled.
+DiskCache* process_disk_cache();
+// Statistics of the process-wide disk tier (enabled false when it is off or unconfigured).
+DiskCacheStats process_disk_cache_stats();
+// Opens the process-wide disk tier from the environment (TORCH_TPU_CACHE_DIR,
+// TORCH_TPU_CACHE_MAX_BYTES). Called once by the Python package at import, which supplies a
+// fingerprint of the lowering sources; later calls do nothing. Never throws for directory
+// problems (those disable the tier); throws c10::ValueError for a malformed size.
+void configure_disk_cache(const std::string& lowering_fingerprint);
+
+}  // namespace torch_tpu::compiler

@@ -1,0 +1,81 @@
+#include "exec/disk_tier.h"
+
+#include <functional>
+
+#include "compiler/disk_cache.h"
+#include "compiler/program_serialize.h"
+#include "ir/verifier.h"
+
+namespace torch_tpu::exec::disk_tier {
+namespace {
+
+// The marker payload (a program payload starts with "TPP1").
+constexpr std::string_view kBakeMarker = "TPB1";
+
+// Throws unless every binding index the program uses exists in this call.
+void check_bindings(const compiler::Program& p, size_t bindings) {
+  for (const auto& o : p.outputs) {
+    TORCH_CHECK(o.target < 0 || static_cast<size_t>(o.target) < bindings, "output target ", o.target,
+                " out of range");
+  }
+  std::function<void(const compiler::ReturnSpec&)> check = [&](const compiler::ReturnSpec& r) {
+    TORCH_CHECK(r.kind != compiler::ReturnSpec::Kind::Binding || static_cast<size_t>(r.index) < bindings,
+                "return binding ", r.index, " out of range");
+    for (const auto& item : r.items) check(item);
+  };
+  for (const auto& r : p.returns) check(r);
+}
+
+}  // namespace
+
+bool enabled() { return compiler::process_disk_cache() != nullptr; }
+
+std::vector<int64_t> stable_key(const c10::OperatorHandle& op, const CallState& st) {
+  const auto& schema = op.schema();
+  std::string id = schema.name() + "." + schema.overload_name() + "\n" + c10::toString(schema);
+  std::vector<int64_t> key = st.key;
+  key[0] = static_cast<int64_t>(compiler::fnv1a(id.data(), id.size()));
+  return key;
+}
+
+Lookup load(const c10::OperatorHandle& op, const OpInfo& info, const CallState& st) {
+  compiler::DiskCache* disk = compiler::process_disk_cache();
+  if (disk == nullptr) return {};
+  std::vector<int64_t> key;
+  std::optional<std::string> payload;
+  try {
+    key = stable_key(op, st);
+    payload = disk->load(key);
+  } catch (const std::exception&) {
+    return {};
+  }
+  if (!payload) return {};
+  if (*payload == kBakeMarker) return Lookup{nullptr, true};
+  try {
+    auto prog = std::make_shared<compiler::Program>(compiler::deserialize_program(*payload));
+    TORCH_CHECK(!prog->baked_scalars || info.bake_scalars, "a baked program under an unbaked key");
+    check_bindings(*prog, st.bindings.size());
+    ir::verify(prog->graph);
+    finish_program(*prog, compiler::output_nodes(*prog));
+    return Lookup{std::move(prog), false};
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (auto* c10e = dynamic_cast<const c10::Error*>(&e)) why = c10e->what_without_backtrace();
+    disk->discard(key, why);
+    return {};
+  }
+}
+
+void store(const c10::OperatorHandle& op, const CallState& st, const compiler::Program& program,
+           const std::vector<int64_t>& unbaked_key) {
+  compiler::DiskCache* disk = compiler::process_disk_cache();
+  if (disk == nullptr) return;
+  try {
+    disk->store(stable_key(op, st), compiler::serialize_program(program));
+    if (!unbaked_key.empty()) disk->store(unbaked_key, kBakeMarker);
+  } catch (const std::exception&) {
+    // The disk tier is an optimization: a failed write only costs a later recompile.
+  }
+}
+
+}  // namespace torch_tpu::exec::disk_tier

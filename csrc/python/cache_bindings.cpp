@@ -1,0 +1,34 @@
+// Python bindings for the program cache's disk tier: configuring it at import (with the
+// lowering fingerprint only Python can compute) and its statistics.
+#include <torch/csrc/utils/pybind.h>
+
+#include "compiler/disk_cache.h"
+#include "python/bindings.h"
+
+namespace py = pybind11;
+
+namespace torch_tpu::python {
+
+void init_cache_bindings(py::module_& m) {
+  m.def("_configure_disk_cache", [](const std::string& fingerprint) { compiler::configure_disk_cache(fingerprint); });
+  m.def("_disk_cache_stats", [] {
+    compiler::DiskCacheStats s;
+    {
+      py::gil_scoped_release no_gil;  // may scan the directory
+      s = compiler::process_disk_cache_stats();
+    }
+    py::dict d;
+    d["enabled"] = s.enabled;
+    d["directory"] = s.directory;
+    d["hits"] = s.hits;
+    d["misses"] = s.misses;
+    d["writes"] = s.writes;
+    d["corrupt"] = s.corrupt;
+    d["evictions"] = s.evictions;
+    d["bytes"] = s.bytes;
+    d["max_bytes"] = s.max_bytes;
+    return d;
+  });
+}
+
+}  // namespace torch_tpu::python
