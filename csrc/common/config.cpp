@@ -27,6 +27,9 @@ const std::vector<EnvVar>& registry() {
        "Strict mode runs a program on the calling thread, instead of the stream's worker, when "
        "its stream is idle and its work estimate (elements produced; contractions x64) is at most "
        "this. 0 queues everything."},
+      {"TORCH_TPU_HOST_FUSION", "1",
+       "`0` turns off the host runtime's fused elementwise clusters (every IR node then runs as "
+       "its own ATen kernel); read when a program is compiled."},
       {"TORCH_TPU_VERIFY", "0",
        "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
   };

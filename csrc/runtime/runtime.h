@@ -33,6 +33,11 @@ struct Binding {
   // Scalar: the value; `dtype` says which member holds it (floating types: d, else i).
   double d = 0.0;
   int64_t i = 0;
+  // Tensor only: copy the memory when the program starts instead of reading it lazily when a
+  // node needs it, because a later write of the same program (an output destination
+  // overlapping it) overwrites that memory. Without it, reads may happen at any point of the
+  // run (fused clusters read when they execute), so unflagged inputs must not be overwritten.
+  bool snapshot = false;
 };
 
 // The generator state bound to the reserved parameters (binding -1: seed, -2: offset).
@@ -49,9 +54,21 @@ struct OutputTarget {
   Binding dest;
 };
 
+// What an Executable launches per run (for tests and debug output).
+struct ExecutableStats {
+  int32_t steps = 0;        // kernels launched per run; a fused cluster counts once
+  int32_t clusters = 0;     // fused clusters among the steps
+  int32_t fused_nodes = 0;  // IR nodes evaluated inside clusters
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
+  // Human-readable steps and fused clusters (node ids, shape, dtype, tile size), one per line,
+  // for TORCH_TPU_DEBUG_FUSION output; empty when the runtime has nothing to say. Never throws.
+  virtual std::string describe() const { return {}; }
+  // Counts fixed at compile time. Never throws.
+  virtual ExecutableStats stats() const { return {}; }
   // Runs the program. Thread-safe (no mutable state). Throws c10::Error subclasses on
   // run-time failures (c10::IndexError for an out-of-range gather index); outputs may then be
   // partially written.
