@@ -44,6 +44,9 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_FUSED_PROVENANCE", "1",
        "`1` records the user's source line for every op recorded in fused mode, so an error "
        "raised at a flush names the line that recorded the failing op; `0` saves that cost."},
+      {"TORCH_TPU_HOST_FUSION", "1",
+       "`0` turns off the host runtime's fused elementwise clusters (every IR node then runs as "
+       "its own ATen kernel); read when a program is compiled."},
       {"TORCH_TPU_VERIFY", "0",
        "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
   };

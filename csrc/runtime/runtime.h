@@ -33,8 +33,10 @@ struct Binding {
   // Scalar: the value; `dtype` says which member holds it (floating types: d, else i).
   double d = 0.0;
   int64_t i = 0;
-  // Tensor: copy the memory when the run starts instead of reading it lazily, because a later
-  // write of the same program overwrites it while the value is still needed (fused graphs).
+  // Tensor only: copy the memory when the program starts instead of reading it lazily when a
+  // node needs it, because a later write of the same program (an output destination
+  // overlapping it) overwrites that memory. Without it, reads may happen at any point of the
+  // run (fused clusters read when they execute), so unflagged inputs must not be overwritten.
   bool snapshot = false;
 };
 
@@ -69,14 +71,16 @@ void set_last_failed_node(int32_t node);
 class Executable {
  public:
   virtual ~Executable() = default;
+  // Human-readable steps and fused clusters (node ids, shape, dtype, tile size), one per line,
+  // for TORCH_TPU_DEBUG_FUSION output; empty when the runtime has nothing to say. Never throws.
+  virtual std::string describe() const { return {}; }
+  // Counts fixed at compile time. Never throws.
+  virtual ExecutableStats stats() const { return {}; }
   // Runs the program. Thread-safe (no mutable state). Throws c10::Error subclasses on
   // run-time failures (c10::IndexError for an out-of-range gather index); outputs may then be
   // partially written.
   virtual void run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
                    RngState rng) const = 0;
-  // A readable listing of the program's steps and fused clusters (TORCH_TPU_DEBUG_FUSION).
-  virtual std::string describe() const { return {}; }
-  virtual ExecutableStats stats() const { return {}; }
 };
 
 class Runtime {

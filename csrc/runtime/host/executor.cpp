@@ -3,6 +3,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "common/check.h"
@@ -64,46 +65,128 @@ Kernel make_kernel(const ir::Graph& g, int32_t id) {
 
 }  // namespace
 
-HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t>& outputs)
+HostOptions HostOptions::from_env() {
+  // Registered in common/config.cpp (documentation); read directly because the runtime does
+  // not link the core.
+  const char* v = std::getenv("TORCH_TPU_HOST_FUSION");
+  HostOptions o;
+  o.fuse = v == nullptr || std::string(v) != "0";
+  return o;
+}
+
+HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                               HostOptions options)
     : num_nodes_(graph.size()) {
   InternalDispatchGuard guard;
   const auto n = static_cast<size_t>(num_nodes_);
   node_dtype_.resize(n);
   output_shape_.resize(n);
   is_output_.assign(n, false);
+  node_names_.resize(n);
   for (int32_t o : outputs) {
     TPU_CHECK(o >= 0 && o < num_nodes_, "host runtime: output node ", o, " not in a graph of ",
               num_nodes_, " nodes");
     is_output_[o] = true;
     output_shape_[o] = graph.node(o).shape;
   }
-  // Liveness: walk backwards from the outputs; record each value's last reader.
+  // Liveness: walk backwards from the outputs; record each value's live readers.
   std::vector<bool> live = is_output_;
-  std::vector<int32_t> last_use(n, -1);
+  std::vector<std::vector<int32_t>> readers(n);
   for (int32_t i = num_nodes_ - 1; i >= 0; --i) {
     if (!live[i]) continue;
     for (int32_t o : graph.node(i).operands) {
       live[o] = true;
-      last_use[o] = std::max(last_use[o], i);
+      if (readers[o].empty() || readers[o].back() != i) readers[o].push_back(i);
     }
   }
+
+  // Partition into kernel steps and clusters (see the header for the closing rules).
   std::vector<int32_t> step_of(n, -1);
+  std::vector<int32_t> cluster_of(n, -1);  // index into `clusters`
+  std::vector<std::shared_ptr<Cluster>> clusters;
+  std::vector<bool> open;
+  auto emit_kernel = [&](int32_t i) {
+    step_of[i] = static_cast<int32_t>(steps_.size());
+    steps_.push_back({i, make_kernel(graph, i), nullptr, {}});
+  };
+  auto close = [&](int32_t c) {
+    if (!open[c]) return;
+    open[c] = false;
+    Cluster& cl = *clusters[c];
+    if (cl.members().size() == 1) {
+      emit_kernel(cl.members()[0]);
+      cluster_of[cl.members()[0]] = -1;
+      return;
+    }
+    // Later nodes can no longer join, so a reader outside the cluster is final.
+    cl.finalize(graph, [&](int32_t m) {
+      if (is_output_[m]) return true;
+      return std::any_of(readers[m].begin(), readers[m].end(),
+                         [&](int32_t r) { return cluster_of[r] != c; });
+    });
+    for (int32_t m : cl.members()) step_of[m] = static_cast<int32_t>(steps_.size());
+    steps_.push_back({cl.members().back(), {}, clusters[c], {}});
+  };
+  auto close_reading = [&](const ir::Node& node, int32_t except) {
+    for (int32_t o : node.operands) {
+      if (cluster_of[o] >= 0 && cluster_of[o] != except) close(cluster_of[o]);
+    }
+  };
+  auto close_all = [&](int32_t except) {
+    for (size_t c = 0; c < clusters.size(); ++c) {
+      if (static_cast<int32_t>(c) != except) close(static_cast<int32_t>(c));
+    }
+  };
   for (int32_t i = 0; i < num_nodes_; ++i) {
     const ir::Node& node = graph.node(i);
     node_dtype_[i] = to_aten(node.dtype);
     if (!live[i]) continue;
+    node_names_[i] = "%" + std::to_string(i) + " " + ir::op_name(node.kind);
     if (node.kind == ir::OpKind::kParameter) {
       params_.push_back({i, node.iattrs.at(0), to_aten(node.dtype), node.shape});
       continue;
     }
-    step_of[i] = static_cast<int32_t>(steps_.size());
-    steps_.push_back({i, make_kernel(graph, i), {}});
+    if (!options.fuse || !is_fusible(graph, i)) {
+      close_reading(node, -1);
+      if (is_output_[i]) close_all(-1);
+      emit_kernel(i);
+      continue;
+    }
+    int32_t c = -1;
+    for (size_t k = 0; k < clusters.size() && c < 0; ++k) {
+      if (open[k] && clusters[k]->shape() == node.shape) c = static_cast<int32_t>(k);
+    }
+    // A broadcast reads its operand from full-size memory (stride 0), even in its own shape.
+    if (node.kind == ir::OpKind::kBroadcastInDim) {
+      int32_t oc = cluster_of[node.operands[0]];
+      if (oc >= 0) close(oc);
+      if (oc == c) c = -1;
+    }
+    close_reading(node, c);
+    if (c >= 0 && clusters[c]->members().size() >= kMaxClusterNodes) close(c);
+    if (c >= 0 && !open[c]) c = -1;
+    if (c < 0) {
+      c = static_cast<int32_t>(clusters.size());
+      clusters.push_back(std::make_shared<Cluster>(node.shape));
+      open.push_back(true);
+    }
+    if (is_output_[i]) {
+      // Every other open cluster runs first: its reads (of memory this output may overwrite)
+      // and its writes keep their program order relative to this write.
+      close_all(c);
+    }
+    clusters[c]->add(i);
+    cluster_of[i] = c;
   }
+  close_all(-1);
+
+  // Release each value after the last step (in run order) that reads it; a value nobody reads
+  // (an output only) right after the step that defines it.
   for (int32_t v = 0; v < num_nodes_; ++v) {
     if (!live[v]) continue;
-    // A value nobody reads (an output only) dies right after it is defined and written out.
-    int32_t at_node = last_use[v] >= 0 ? last_use[v] : v;
-    if (step_of[at_node] >= 0) steps_[step_of[at_node]].release.push_back(v);
+    int32_t at_step = step_of[v];
+    for (int32_t r : readers[v]) at_step = std::max(at_step, step_of[r]);
+    if (at_step >= 0) steps_[at_step].release.push_back(v);
   }
 }
 
@@ -122,6 +205,7 @@ at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>
                                     : at::scalar_tensor(b.i, at::kLong).to(b.dtype);
   } else {
     t = wrap_binding(b);
+    // A later write of this program overwrites the memory: read it now.
     if (b.snapshot) t = t.clone();
   }
   if (!t.sizes().equals(p.shape)) {
@@ -192,7 +276,26 @@ void HostExecutable::run(const std::vector<Binding>& inputs,
     values[p.node] = bind_param(p, inputs, rng);
     write_outputs(p.node);
   }
+  std::vector<at::Tensor*> cluster_outs;
   for (const Step& s : steps_) {
+    if (s.cluster) {
+      // Stored members with a direct destination are written straight into it.
+      const auto& stores = s.cluster->stores();
+      cluster_outs.assign(stores.size(), nullptr);
+      for (size_t j = 0; j < stores.size(); ++j) {
+        int32_t k = first_dest[stores[j]];
+        if (k >= 0 && dests[k].direct) cluster_outs[j] = &dests[k].tensor;
+      }
+      try {
+        s.cluster->run(values, cluster_outs);
+        for (int32_t m : stores) write_outputs(m);
+      } catch (...) {
+        set_last_failed_node(s.node);
+        throw;
+      }
+      for (int32_t v : s.release) values[v].reset();
+      continue;
+    }
     int32_t k = first_dest[s.node];
     at::Tensor* out = k >= 0 && dests[k].direct ? &dests[k].tensor : nullptr;
     try {
@@ -204,6 +307,27 @@ void HostExecutable::run(const std::vector<Binding>& inputs,
     }
     for (int32_t v : s.release) values[v].reset();
   }
+}
+
+std::string HostExecutable::describe() const {
+  std::string s;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& st = steps_[i];
+    s += "step " + std::to_string(i) + ": " +
+         (st.cluster ? st.cluster->describe() : node_names_[static_cast<size_t>(st.node)]) + "\n";
+  }
+  return s;
+}
+
+ExecutableStats HostExecutable::stats() const {
+  ExecutableStats st;
+  st.steps = static_cast<int32_t>(steps_.size());
+  for (const Step& s : steps_) {
+    if (!s.cluster) continue;
+    ++st.clusters;
+    st.fused_nodes += static_cast<int32_t>(s.cluster->members().size());
+  }
+  return st;
 }
 
 std::unique_ptr<Executable> HostRuntime::compile(const ir::Graph& graph,

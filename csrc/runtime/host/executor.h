@@ -4,29 +4,58 @@
 //  * only nodes that some requested output depends on are kept (dead code is skipped);
 //  * each kept non-parameter node becomes a Kernel closure (kernels.h) with its attributes
 //    pre-decoded and constants pre-built;
-//  * each value's last use is precomputed, so run() drops intermediates as soon as no later
-//    node reads them and peak memory stays near the live set instead of the whole graph.
-// run() wraps tensor bindings with at::from_blob (no copies), then evaluates the steps in
-// order. An output whose destination has the node's dtype and shape and overlaps neither an
-// input binding nor another destination is computed directly into the destination (ATen
-// `_out` variants); any other output is computed and then copied (copy_ converts the dtype).
+//  * each value's last reading step is precomputed, so run() drops intermediates as soon as
+//    no later step reads them and peak memory stays near the live set, not the whole graph;
+//  * same-shape chains of elementwise nodes become fused clusters (fusion.h): one step that
+//    makes a single pass over tiles. Live nodes are walked in order with one open cluster per
+//    shape; a fusible node joins the open cluster of its shape (opening one if needed). A
+//    cluster runs at the position where it is closed, and is closed
+//      - before any step (kernel or another cluster) that reads one of its values, since
+//        that value must then exist in full-size memory;
+//      - before any kernel step that is itself an output, and when an output node joins
+//        another cluster: every read and write recorded before an output then happens before
+//        it, so writes into output memory keep their program order relative to earlier reads
+//        and writes (fused graphs compose many ops whose stores overwrite earlier loads);
+//      - when it is full (kMaxClusterNodes members), and at the end of the graph.
+//    A closed cluster of one node is an ordinary kernel step. Members store only values read
+//    by a later step or requested as outputs. Consequence for callers: a tensor input is read
+//    whenever its reading step runs, which may be after an output that precedes it in node
+//    order; an input that an earlier-placed output overwrites while a later node still reads
+//    it must be bound with `snapshot` (copied at bind time). Fusion is off with
+//    TORCH_TPU_HOST_FUSION=0 (HostOptions::fuse).
+// run() wraps tensor bindings with at::from_blob (no copies; `snapshot` bindings are cloned),
+// then evaluates the steps in order. An output whose destination has the node's dtype and
+// shape and overlaps neither an input binding nor another destination is computed directly
+// into the destination (ATen `_out` variants, or a cluster's stores); any other output is
+// computed and then copied (copy_ converts the dtype).
 // ATen is called with autograd and Python dispatch keys excluded, so user dispatch modes and
 // autograd never see the runtime's internal CPU ops.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "runtime/host/fusion.h"
 #include "runtime/host/kernels.h"
 #include "runtime/runtime.h"
 
 namespace torch_tpu::runtime::host {
 
+struct HostOptions {
+  bool fuse = true;  // build fused elementwise clusters
+  // The default: fuse unless TORCH_TPU_HOST_FUSION=0 (read at every call).
+  static HostOptions from_env();
+};
+
 class HostExecutable final : public Executable {
  public:
-  HostExecutable(const ir::Graph& graph, const std::vector<int32_t>& outputs);
+  HostExecutable(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                 HostOptions options = HostOptions::from_env());
   void run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
            RngState rng) const override;
+  std::string describe() const override;
+  ExecutableStats stats() const override;
 
  private:
   struct Param {
@@ -36,9 +65,10 @@ class HostExecutable final : public Executable {
     std::vector<int64_t> shape;
   };
   struct Step {
-    int32_t node;
-    Kernel kernel;
-    std::vector<int32_t> release;  // values whose last use is this step
+    int32_t node;                            // kernel steps: the node computed
+    Kernel kernel;                           // empty for cluster steps
+    std::shared_ptr<const Cluster> cluster;  // cluster steps
+    std::vector<int32_t> release;            // values whose last use is this step
   };
 
   at::Tensor bind_param(const Param& p, const std::vector<Binding>& inputs, RngState rng) const;
@@ -49,6 +79,7 @@ class HostExecutable final : public Executable {
   std::vector<bool> is_output_;                     // per node id: may be requested by run()
   std::vector<Param> params_;
   std::vector<Step> steps_;
+  std::vector<std::string> node_names_;  // per live node: "%3 add" (describe())
 };
 
 class HostRuntime final : public Runtime {

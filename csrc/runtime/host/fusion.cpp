@@ -1,0 +1,666 @@
+// Fused elementwise clusters (fusion.h): building the tile program and running it.
+#include "runtime/host/fusion.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#include <dlfcn.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+// The tile loops get an AVX2 clone, chosen by the ifunc resolver when the library loads.
+#define TPU_AVX2_CLONES [[gnu::target_clones("avx2", "default")]]
+#else
+#define TPU_AVX2_CLONES
+#endif
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <unordered_map>
+
+#include "common/check.h"
+#include "runtime/host/kernels.h"
+
+namespace torch_tpu::runtime::host {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+
+// Tile operations. Unary ops read a; binary a, b; select a ? b : c.
+enum Op : uint8_t {
+  kCopy,
+  kNeg,
+  kAbs,
+  kSign,
+  kFloor,
+  kCeil,
+  kRound,
+  kTrunc,
+  kExp,
+  kExpm1,
+  kLog,
+  kLog1p,
+  kSqrt,
+  kRsqrt,
+  kCbrt,
+  kSin,
+  kCos,
+  kTan,
+  kTanh,
+  kAsin,
+  kAcos,
+  kAtan,
+  kSinh,
+  kCosh,
+  kAsinh,
+  kAcosh,
+  kAtanh,
+  kLogistic,
+  kErf,
+  kLgamma,
+  kNotBool,
+  kIsFinite,
+  kToBool,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kRem,
+  kPow,
+  kMax,
+  kMin,
+  kAtan2,
+  kAnd,
+  kOr,
+  kXor,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kSelect,
+  kNoOp  // not an op: "not fusible"
+};
+
+// Dtypes whose values the float tile buffers hold exactly.
+bool exact(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kBool; }
+bool exact_float(DType t) { return t != DType::kBool && exact(t); }
+
+Op unary_op(OpKind k) {
+  switch (k) {
+    // clang-format off
+    case OpKind::kNeg: return kNeg;        case OpKind::kAbs: return kAbs;
+    case OpKind::kSign: return kSign;      case OpKind::kFloor: return kFloor;
+    case OpKind::kCeil: return kCeil;      case OpKind::kRoundEven: return kRound;
+    case OpKind::kTrunc: return kTrunc;    case OpKind::kExp: return kExp;
+    case OpKind::kExpm1: return kExpm1;    case OpKind::kLog: return kLog;
+    case OpKind::kLog1p: return kLog1p;    case OpKind::kSqrt: return kSqrt;
+    case OpKind::kRsqrt: return kRsqrt;    case OpKind::kCbrt: return kCbrt;
+    case OpKind::kSin: return kSin;        case OpKind::kCos: return kCos;
+    case OpKind::kTan: return kTan;        case OpKind::kTanh: return kTanh;
+    case OpKind::kAsin: return kAsin;      case OpKind::kAcos: return kAcos;
+    case OpKind::kAtan: return kAtan;      case OpKind::kSinh: return kSinh;
+    case OpKind::kCosh: return kCosh;      case OpKind::kAsinh: return kAsinh;
+    case OpKind::kAcosh: return kAcosh;    case OpKind::kAtanh: return kAtanh;
+    case OpKind::kLogistic: return kLogistic; case OpKind::kErf: return kErf;
+    case OpKind::kLgamma: return kLgamma;  case OpKind::kNot: return kNotBool;
+    case OpKind::kIsFinite: return kIsFinite;
+    default: return kNoOp;  // erfinv, digamma: no accurate std:: function
+      // clang-format on
+  }
+}
+
+Op binary_op(OpKind k) {
+  switch (k) {
+    // clang-format off
+    case OpKind::kAdd: return kAdd;  case OpKind::kSub: return kSub;  case OpKind::kMul: return kMul;
+    case OpKind::kDiv: return kDiv;  case OpKind::kRem: return kRem;  case OpKind::kPow: return kPow;
+    case OpKind::kMax: return kMax;  case OpKind::kMin: return kMin;  case OpKind::kAtan2: return kAtan2;
+    case OpKind::kAnd: return kAnd;  case OpKind::kOr: return kOr;    case OpKind::kXor: return kXor;
+    default: return kNoOp;  // shifts: integers only
+      // clang-format on
+  }
+}
+
+// The tile op of a fusible node (kNoOp for broadcast_in_dim, which is a load).
+Op node_op(const ir::Node& n, const ir::Graph& g) {
+  if (ir::is_unary_elementwise(n.kind)) return unary_op(n.kind);
+  if (ir::is_binary_elementwise(n.kind)) return binary_op(n.kind);
+  switch (n.kind) {
+    case OpKind::kCompare:
+      return static_cast<Op>(kEq + n.iattrs.at(0));
+    case OpKind::kSelect:
+      return kSelect;
+    case OpKind::kConvert:
+      return n.dtype == DType::kBool ? kToBool : kCopy;
+    default:
+      return kNoOp;
+  }
+}
+
+// ---- tile loops: fixed groups of 8 so GCC vectorizes them at -O2 (n is a multiple of 8) ----
+
+// x, y, z: the operands' elements, loaded unconditionally so selects become vector blends.
+#define TILE_LOOP(BODY)                     \
+  for (int64_t i0 = 0; i0 < n; i0 += 8) {   \
+    for (int64_t i = i0; i < i0 + 8; ++i) { \
+      BODY                                  \
+    }                                       \
+  }                                         \
+  break;
+#define EW1(EXPR) TILE_LOOP(const float x = a[i]; d[i] = static_cast<float>(EXPR);)
+#define EW2(EXPR) TILE_LOOP(const float x = a[i]; const float y = b[i]; d[i] = static_cast<float>(EXPR);)
+#define EW3(EXPR) \
+  TILE_LOOP(const float x = a[i]; const float y = b[i]; const float z = c[i]; d[i] = static_cast<float>(EXPR);)
+
+TPU_AVX2_CLONES void exec_op(uint8_t op, float* __restrict d, const float* __restrict a, const float* __restrict b,
+                             const float* __restrict c, int64_t n) {
+  constexpr float kThird = static_cast<float>(1.0 / 3.0);  // ATen casts the double exponent
+  switch (op) {
+    // clang-format off
+    case kCopy: EW1(x)
+    case kNeg: EW1(-x)
+    case kAbs: EW1(std::fabs(x))
+    case kSign: EW1((x > 0.f ? 1.f : 0.f) - (x < 0.f ? 1.f : 0.f))  // NaN -> 0 like ATen
+    case kFloor: EW1(std::floor(x))
+    case kCeil: EW1(std::ceil(x))
+    case kRound: EW1(std::nearbyint(x))  // half to even (default rounding mode)
+    case kTrunc: EW1(std::trunc(x))
+    case kExp: EW1(std::exp(x))
+    case kExpm1: EW1(std::expm1(x))
+    case kLog: EW1(std::log(x))
+    case kLog1p: EW1(std::log1p(x))
+    case kSqrt: EW1(std::sqrt(x))
+    case kRsqrt: EW1(1.f / std::sqrt(x))
+    // sign(a) * |a|^(1/3): the reference's recipe (keeps -0 and NaN like it does).
+    case kCbrt: EW1(((x > 0.f ? 1.f : 0.f) - (x < 0.f ? 1.f : 0.f)) * std::pow(std::fabs(x), kThird))
+    case kSin: EW1(std::sin(x))
+    case kCos: EW1(std::cos(x))
+    case kTan: EW1(std::tan(x))
+    case kTanh: EW1(std::tanh(x))
+    case kAsin: EW1(std::asin(x))
+    case kAcos: EW1(std::acos(x))
+    case kAtan: EW1(std::atan(x))
+    case kSinh: EW1(std::sinh(x))
+    case kCosh: EW1(std::cosh(x))
+    case kAsinh: EW1(std::asinh(x))
+    case kAcosh: EW1(std::acosh(x))
+    case kAtanh: EW1(std::atanh(x))
+    case kLogistic: EW1(1.f / (1.f + std::exp(-x)))  // ATen's sigmoid formula
+    case kErf: EW1(std::erf(x))
+    case kLgamma: EW1(std::lgamma(x))
+    case kNotBool: EW1(x == 0.f ? 1.f : 0.f)
+    case kIsFinite: EW1(std::fabs(x) <= std::numeric_limits<float>::max() ? 1.f : 0.f)
+    case kToBool: EW1(x != 0.f ? 1.f : 0.f)  // NaN -> true, like ATen
+    case kAdd: EW2(x + y)
+    case kSub: EW2(x - y)
+    case kMul: EW2(x * y)
+    case kDiv: EW2(x / y)
+    case kRem: EW2(std::fmod(x, y))
+    case kPow: EW2(std::pow(x, y))
+    // torch.maximum/minimum: NaN if either is NaN; otherwise like _mm256_max_ps (b on ties).
+    case kMax: EW2(x != x ? x : y != y ? y : (x > y ? x : y))
+    case kMin: EW2(x != x ? x : y != y ? y : (x < y ? x : y))
+    case kAtan2: EW2(std::atan2(x, y))
+    case kAnd: EW2(x != 0.f && y != 0.f ? 1.f : 0.f)
+    case kOr: EW2(x != 0.f || y != 0.f ? 1.f : 0.f)
+    case kXor: EW2((x != 0.f ? 1.f : 0.f) != (y != 0.f ? 1.f : 0.f) ? 1.f : 0.f)
+    case kEq: EW2(x == y ? 1.f : 0.f)
+    case kNe: EW2(x != y ? 1.f : 0.f)
+    case kLt: EW2(x < y ? 1.f : 0.f)
+    case kLe: EW2(x <= y ? 1.f : 0.f)
+    case kGt: EW2(x > y ? 1.f : 0.f)
+    case kGe: EW2(x >= y ? 1.f : 0.f)
+    case kSelect: EW3(x != 0.f ? y : z)
+    default: break;
+      // clang-format on
+  }
+}
+#undef EW1
+#undef EW2
+#undef EW3
+#undef TILE_LOOP
+
+// Round-to-nearest-even to bf16 and back (c10::BFloat16's rounding, NaN -> 0x7fc0).
+inline uint16_t bf16_bits(float x) {
+  uint32_t u = std::bit_cast<uint32_t>(x);
+  return x != x ? uint16_t{0x7fc0} : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float bf16_value(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+TPU_AVX2_CLONES void round_bf16(float* __restrict d, int64_t n) {
+  for (int64_t i0 = 0; i0 < n; i0 += 8) {
+    for (int64_t i = i0; i < i0 + 8; ++i) d[i] = bf16_value(bf16_bits(d[i]));
+  }
+}
+void round_f16(float* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(c10::Half(d[i]));
+}
+
+// ---- vectorized float math: SLEEF from libtorch_cpu ----
+// libtorch_cpu ships and exports SLEEF's 8-wide, 1-ulp functions (ATen's AVX2 Vectorized<float>
+// calls them). They are looked up at run time (never linked), so a libtorch without them, or a
+// CPU without AVX2/FMA, falls back to the std:: loops above, which are ~10x slower per element.
+// ATen's kernels for some of these ops use MKL VML or their own erf, so results may differ
+// from the unfused path in the last bit: within float32 test tolerances, never more.
+#if defined(__x86_64__)
+using Sleef1 = __m256 (*)(__m256);
+using Sleef2 = __m256 (*)(__m256, __m256);
+
+struct SleefTable {
+  Sleef1 unary[kNoOp] = {};
+  Sleef2 binary[kNoOp] = {};
+};
+
+const SleefTable& sleef() {
+  static const SleefTable table = [] {
+    SleefTable t;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return t;
+    auto find = [](const char* name) { return dlsym(RTLD_DEFAULT, name); };
+    const std::pair<Op, const char*> unary[] = {
+        {kExp, "Sleef_expf8_u10"},     {kExpm1, "Sleef_expm1f8_u10"},   {kLog, "Sleef_logf8_u10"},
+        {kLog1p, "Sleef_log1pf8_u10"}, {kSin, "Sleef_sinf8_u10"},       {kCos, "Sleef_cosf8_u10"},
+        {kTan, "Sleef_tanf8_u10"},     {kTanh, "Sleef_tanhf8_u10"},     {kAsin, "Sleef_asinf8_u10"},
+        {kAcos, "Sleef_acosf8_u10"},   {kAtan, "Sleef_atanf8_u10"},     {kSinh, "Sleef_sinhf8_u10"},
+        {kCosh, "Sleef_coshf8_u10"},   {kAsinh, "Sleef_asinhf8_u10"},   {kAcosh, "Sleef_acoshf8_u10"},
+        {kAtanh, "Sleef_atanhf8_u10"}, {kLgamma, "Sleef_lgammaf8_u10"}, {kErf, "Sleef_erff8_u10"}};
+    const std::pair<Op, const char*> binary[] = {
+        {kAtan2, "Sleef_atan2f8_u10"}, {kPow, "Sleef_powf8_u10"}, {kRem, "Sleef_fmodf8"}};
+    for (auto [op, name] : unary) t.unary[op] = reinterpret_cast<Sleef1>(find(name));
+    for (auto [op, name] : binary) t.binary[op] = reinterpret_cast<Sleef2>(find(name));
+    // Logistic and cbrt are built from exp and pow, like ATen's kernels.
+    t.unary[kLogistic] = t.unary[kExp];
+    t.binary[kCbrt] = t.binary[kPow];
+    return t;
+  }();
+  return table;
+}
+
+// Runs `op` with SLEEF if the table has it; false otherwise. n is a multiple of 8.
+[[gnu::target("avx2,fma")]] bool exec_sleef(uint8_t op, float* __restrict d, const float* __restrict a,
+                                            const float* __restrict b, int64_t n) {
+  const SleefTable& t = sleef();
+  if (op == kLogistic && t.unary[kExp]) {  // 1 / (1 + exp(-x))
+    const __m256 one = _mm256_set1_ps(1.f), zero = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+      __m256 e = t.unary[kExp](_mm256_sub_ps(zero, _mm256_loadu_ps(a + i)));
+      _mm256_storeu_ps(d + i, _mm256_div_ps(one, _mm256_add_ps(one, e)));
+    }
+    return true;
+  }
+  if (op == kCbrt && t.binary[kPow]) {  // sign(x) * |x|^(1/3), the reference's recipe
+    const __m256 third = _mm256_set1_ps(static_cast<float>(1.0 / 3.0)), one = _mm256_set1_ps(1.f);
+    const __m256 zero = _mm256_setzero_ps(), abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t i = 0; i < n; i += 8) {
+      __m256 x = _mm256_loadu_ps(a + i);
+      __m256 sign = _mm256_sub_ps(_mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_GT_OQ), one),
+                                  _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_LT_OQ), one));
+      _mm256_storeu_ps(d + i, _mm256_mul_ps(sign, t.binary[kPow](_mm256_and_ps(x, abs_mask), third)));
+    }
+    return true;
+  }
+  if (op < kNoOp && t.unary[op]) {
+    for (int64_t i = 0; i < n; i += 8) _mm256_storeu_ps(d + i, t.unary[op](_mm256_loadu_ps(a + i)));
+    return true;
+  }
+  if (op < kNoOp && t.binary[op]) {
+    for (int64_t i = 0; i < n; i += 8) {
+      _mm256_storeu_ps(d + i, t.binary[op](_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    }
+    return true;
+  }
+  return false;
+}
+#else
+struct SleefTable {
+  void* unary[kNoOp] = {};
+};
+const SleefTable& sleef() {
+  static const SleefTable table;
+  return table;
+}
+bool exec_sleef(uint8_t, float*, const float*, const float*, int64_t) { return false; }
+#endif
+
+// ---- strided access to external operands and destinations ----
+
+// A tensor seen as the cluster's row-major element order: coalesced dims (size-1 dims dropped,
+// mergeable neighbours merged), innermost last.
+struct Access {
+  char* base = nullptr;
+  at::ScalarType dtype = at::kFloat;
+  c10::SmallVector<int64_t, 6> sizes, strides;
+  bool contiguous() const { return sizes.size() == 1 && strides[0] == 1; }
+  bool uniform() const {
+    return std::all_of(strides.begin(), strides.end(), [](int64_t s) { return s == 0; });
+  }
+};
+
+Access make_access(void* base, at::ScalarType dtype, c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  Access a;
+  a.base = static_cast<char*>(base);
+  a.dtype = dtype;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    if (!a.sizes.empty() && a.strides.back() == strides[d] * sizes[d]) {
+      a.sizes.back() *= sizes[d];
+      a.strides.back() = strides[d];
+    } else {
+      a.sizes.push_back(sizes[d]);
+      a.strides.push_back(strides[d]);
+    }
+  }
+  if (a.sizes.empty()) {  // one element
+    a.sizes.push_back(1);
+    a.strides.push_back(1);
+  }
+  return a;
+}
+
+template <typename T>
+inline float load_one(const T* p) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return *reinterpret_cast<const uint8_t*>(p) != 0 ? 1.f : 0.f;
+  } else if constexpr (std::is_same_v<T, at::BFloat16>) {
+    return bf16_value(reinterpret_cast<const uint16_t*>(p)[0]);
+  } else {
+    return static_cast<float>(*p);  // static_cast<float>: ATen's conversion
+  }
+}
+
+template <typename T>
+inline void store_one(T* p, float x) {
+  if constexpr (std::is_same_v<T, bool>) {
+    *reinterpret_cast<uint8_t*>(p) = x != 0.f;
+  } else if constexpr (std::is_same_v<T, at::BFloat16>) {
+    *reinterpret_cast<uint16_t*>(p) = bf16_bits(x);
+  } else {
+    *p = static_cast<T>(x);
+  }
+}
+
+// Visits elements [start, start + n) of `a` in row-major order as runs along the innermost
+// dim: fn(element offset of the run's first element, inner stride, run length, tile position).
+template <typename Fn>
+void for_runs(const Access& a, int64_t start, int64_t n, Fn fn) {
+  const int64_t r = static_cast<int64_t>(a.sizes.size());
+  if (r == 1) {
+    fn(start * a.strides[0], a.strides[0], n, int64_t{0});
+    return;
+  }
+  int64_t idx[16];
+  TPU_CHECK(r <= 16, "host fusion: rank ", r, " after coalescing exceeds 16");
+  int64_t off = 0, rest = start;
+  for (int64_t d = r - 1; d >= 0; --d) {
+    idx[d] = rest % a.sizes[d];
+    rest /= a.sizes[d];
+    off += idx[d] * a.strides[d];
+  }
+  const int64_t inner = a.sizes[r - 1], st = a.strides[r - 1];
+  for (int64_t k = 0; k < n;) {
+    int64_t run = std::min(inner - idx[r - 1], n - k);
+    fn(off, st, run, k);
+    k += run;
+    idx[r - 1] += run;
+    off += run * st;
+    if (idx[r - 1] < inner) continue;
+    off -= inner * st;
+    idx[r - 1] = 0;
+    for (int64_t d = r - 2; d >= 0; --d) {
+      off += a.strides[d];
+      if (++idx[d] < a.sizes[d]) break;
+      off -= a.sizes[d] * a.strides[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template <typename T>
+void gather(const Access& a, int64_t start, int64_t n, float* __restrict out) {
+  const T* base = reinterpret_cast<const T*>(a.base);
+  for_runs(a, start, n, [&](int64_t off, int64_t st, int64_t len, int64_t pos) {
+    const T* p = base + off;
+    float* o = out + pos;
+    if (st == 1) {
+      for (int64_t i = 0; i < len; ++i) o[i] = load_one(p + i);
+    } else if (st == 0) {
+      float v = load_one(p);
+      for (int64_t i = 0; i < len; ++i) o[i] = v;
+    } else {
+      for (int64_t i = 0; i < len; ++i) o[i] = load_one(p + i * st);
+    }
+  });
+}
+
+template <typename T>
+void scatter(const Access& a, int64_t start, int64_t n, const float* __restrict in) {
+  T* base = reinterpret_cast<T*>(a.base);
+  for_runs(a, start, n, [&](int64_t off, int64_t st, int64_t len, int64_t pos) {
+    T* p = base + off;
+    const float* s = in + pos;
+    if (st == 1) {
+      for (int64_t i = 0; i < len; ++i) store_one(p + i, s[i]);
+    } else {
+      for (int64_t i = 0; i < len; ++i) store_one(p + i * st, s[i]);
+    }
+  });
+}
+
+#define TPU_FUSION_DTYPES(_)                                                                                  \
+  _(at::kFloat, float)                                                                                        \
+  _(at::kBFloat16, at::BFloat16)                                                                              \
+  _(at::kHalf, at::Half)                                                                                      \
+  _(at::kBool, bool) _(at::kDouble, double) _(at::kByte, uint8_t) _(at::kChar, int8_t) _(at::kShort, int16_t) \
+      _(at::kInt, int32_t) _(at::kLong, int64_t)
+
+void load(const Access& a, int64_t start, int64_t n, float* out) {
+  switch (a.dtype) {
+#define CASE(ST, T) \
+  case ST:          \
+    return gather<T>(a, start, n, out);
+    TPU_FUSION_DTYPES(CASE)
+#undef CASE
+    default:
+      TPU_CHECK(false, "host fusion: cannot load dtype ", a.dtype);
+  }
+}
+
+void store(const Access& a, int64_t start, int64_t n, const float* in) {
+  switch (a.dtype) {
+    case at::kFloat:
+      return scatter<float>(a, start, n, in);
+    case at::kBFloat16:
+      return scatter<at::BFloat16>(a, start, n, in);
+    case at::kHalf:
+      return scatter<at::Half>(a, start, n, in);
+    case at::kBool:
+      return scatter<bool>(a, start, n, in);
+    default:
+      TPU_CHECK(false, "host fusion: cannot store dtype ", a.dtype);
+  }
+}
+
+}  // namespace
+
+bool is_fusible(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  if (!exact(n.dtype)) return false;
+  if (n.kind == OpKind::kBroadcastInDim) return true;
+  if (n.kind == OpKind::kConvert) {
+    DType from = g.node(n.operands.at(0)).dtype;
+    if (!exact(from) && !ir::is_integer(from) && from != DType::kF64) return false;
+    // A tiny double rounds to 0.0f but is true as a bool.
+    if (from == DType::kF64 && n.dtype == DType::kBool) return false;
+  } else {
+    Op op = node_op(n, g);
+    if (op == kNoOp) return false;
+    for (int32_t o : n.operands) {
+      if (!exact(g.node(o).dtype)) return false;
+    }
+    // not/and/or/xor: bool only (the integer bitwise forms stay on the kernels); the other
+    // unary and binary ops: floats (isfinite reads a float and yields bool).
+    const bool bool_op = op == kNotBool || op == kAnd || op == kOr || op == kXor;
+    const DType x = g.node(n.operands.at(0)).dtype;
+    if (bool_op && !(n.dtype == DType::kBool && x == DType::kBool)) return false;
+    bool arith = ir::is_unary_elementwise(n.kind) || ir::is_binary_elementwise(n.kind);
+    if (arith && !bool_op && !exact_float(x)) return false;
+  }
+  for (int32_t o : n.operands) {
+    if (g.node(o).shape != n.shape) return false;
+  }
+  return true;
+}
+
+void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
+  numel_ = c10::multiply_integers(shape_);
+  dtype_ = to_aten(g.node(members_.back()).dtype);
+  std::unordered_map<int32_t, int16_t> slot_of;  // member, constant or external node
+  std::unordered_map<int32_t, size_t> member_pos;
+  for (size_t k = 0; k < members_.size(); ++k) member_pos[members_[k]] = k;
+  // Last member reading each member, so buffers are reused once a value is dead in the tile.
+  std::vector<size_t> last_read(members_.size(), 0);
+  for (size_t k = 0; k < members_.size(); ++k) {
+    for (int32_t o : g.node(members_[k]).operands) {
+      if (auto it = member_pos.find(o); it != member_pos.end()) last_read[it->second] = k;
+    }
+  }
+  std::vector<int16_t> free_slots;
+  // Loaded and splat buffers are filled before the program runs, so they never share a slot.
+  auto fresh = [&] { return num_slots_++; };
+  auto operand = [&](int32_t o) -> int16_t {
+    if (auto it = slot_of.find(o); it != slot_of.end()) return it->second;
+    const ir::Node& on = g.node(o);
+    int16_t s = fresh();
+    if (on.kind == OpKind::kConstant && exact(on.dtype)) {
+      // Built like the constant kernel: integers wrap into the dtype, floats round from double.
+      at::ScalarType dt = to_aten(on.dtype);
+      at::Tensor c = on.fattrs.empty() ? at::scalar_tensor(on.iattrs.at(0), at::kLong).to(dt)
+                                       : at::scalar_tensor(on.fattrs.at(0), at::kDouble).to(dt);
+      splats_.push_back({s, c.to(at::kFloat).item<float>()});
+    } else {
+      inputs_.push_back({o, s, on.shape, {}, false});
+    }
+    slot_of[o] = s;
+    return s;
+  };
+  for (size_t k = 0; k < members_.size(); ++k) {
+    const int32_t m = members_[k];
+    const ir::Node& n = g.node(m);
+    member_names_.push_back("%" + std::to_string(m) + " " + ir::op_name(n.kind));
+    if (n.kind == OpKind::kBroadcastInDim) {
+      int32_t o = n.operands.at(0);
+      int16_t s = fresh();
+      inputs_.push_back({o, s, g.node(o).shape, n.iattrs, true});
+      slot_of[m] = s;
+      continue;
+    }
+    Instr in{node_op(n, g), 0, -1, -1, -1, -1};
+    int16_t* srcs[3] = {&in.a, &in.b, &in.c};
+    for (size_t j = 0; j < n.operands.size() && j < 3; ++j) *srcs[j] = operand(n.operands[j]);
+    in.round = n.dtype == DType::kBF16 ? 1 : n.dtype == DType::kF16 ? 2 : 0;
+    if (free_slots.empty()) {
+      in.dst = fresh();
+    } else {
+      in.dst = free_slots.back();
+      free_slots.pop_back();
+    }
+    slot_of[m] = in.dst;
+    program_.push_back(in);
+    for (size_t j = 0; j < n.operands.size(); ++j) {
+      int32_t o = n.operands[j];
+      auto it = member_pos.find(o);
+      bool dup = std::find(n.operands.begin(), n.operands.begin() + j, o) != n.operands.begin() + j;
+      if (it == member_pos.end() || dup || last_read[it->second] != k || stored[it->second]) continue;
+      if (g.node(o).kind == OpKind::kBroadcastInDim) continue;  // a loaded buffer
+      free_slots.push_back(slot_of[o]);
+    }
+  }
+  // Keep all buffers of a tile within ~128 KiB (L2) when a cluster has many live values.
+  const int64_t fit = std::max<int64_t>(128, (int64_t{32768} / std::max<int64_t>(num_slots_, 1)) / 8 * 8);
+  tile_ = std::clamp<int64_t>((numel_ + 7) / 8 * 8, 8, std::min(kMaxTile, fit));
+  for (size_t k = 0; k < members_.size(); ++k) {
+    if (!stored[k]) continue;
+    store_nodes_.push_back(members_[k]);
+    stores_.push_back({members_[k], slot_of[members_[k]], to_aten(g.node(members_[k]).dtype)});
+  }
+}
+
+void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*>& outs) const {
+  std::vector<Access> in_acc;
+  in_acc.reserve(inputs_.size());
+  for (const Input& in : inputs_) {
+    const at::Tensor& v = values[in.node];
+    TPU_CHECK(v.defined(), "host fusion: operand %", in.node, " has no value");
+    // A value may be smaller than its node's shape (a 0-d constant): read it expanded.
+    at::Tensor t = v.sizes().equals(in.shape) ? v : v.expand(in.shape);
+    c10::SmallVector<int64_t, 6> strides(shape_.size(), 0);
+    if (in.broadcast) {
+      for (size_t k = 0; k < in.dims.size(); ++k) {
+        if (in.shape[k] != 1) strides[in.dims[k]] = t.stride(static_cast<int64_t>(k));
+      }
+    } else {
+      strides.assign(t.strides().begin(), t.strides().end());
+    }
+    in_acc.push_back(make_access(const_cast<void*>(t.const_data_ptr()), t.scalar_type(), shape_, strides));
+  }
+  std::vector<Access> out_acc;
+  out_acc.reserve(stores_.size());
+  for (size_t j = 0; j < stores_.size(); ++j) {
+    const Store& s = stores_[j];
+    at::Tensor dest = outs[j] != nullptr ? *outs[j] : at::empty(shape_, at::TensorOptions().dtype(s.dtype));
+    values[s.node] = dest;
+    out_acc.push_back(make_access(dest.numel() ? dest.data_ptr() : nullptr, s.dtype, shape_, dest.strides()));
+  }
+  if (numel_ == 0) return;
+  const int64_t tile = tile_, num_tiles = (numel_ + tile - 1) / tile;
+  std::vector<bool> uniform(inputs_.size());
+  for (size_t i = 0; i < inputs_.size(); ++i) uniform[i] = in_acc[i].uniform();
+
+  const bool use_sleef = sleef().unary[kExp] != nullptr;
+  at::parallel_for(0, num_tiles, std::max<int64_t>(1, at::internal::GRAIN_SIZE / tile), [&](int64_t t0, int64_t t1) {
+    std::vector<float> buf(static_cast<size_t>(num_slots_) * tile, 0.f);
+    auto slot = [&](int16_t s) { return s < 0 ? nullptr : buf.data() + s * tile; };
+    // Splats and uniform inputs are the same for every tile: filled once.
+    for (auto [s, v] : splats_) std::fill_n(slot(s), tile, v);
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      if (!uniform[i]) continue;
+      float v;
+      load(in_acc[i], 0, 1, &v);
+      std::fill_n(slot(inputs_[i].slot), tile, v);
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t start = t * tile, n = std::min(tile, numel_ - start), n8 = (n + 7) / 8 * 8;
+      for (size_t i = 0; i < inputs_.size(); ++i) {
+        if (!uniform[i]) load(in_acc[i], start, n, slot(inputs_[i].slot));
+      }
+      // Lanes past n hold stale finite data from earlier tiles (or zeros): computed, never stored.
+      for (const Instr& in : program_) {
+        float* d = slot(in.dst);
+        if (!(use_sleef && exec_sleef(in.op, d, slot(in.a), slot(in.b), n8))) {
+          exec_op(in.op, d, slot(in.a), slot(in.b), slot(in.c), n8);
+        }
+        if (in.round == 1) round_bf16(d, n8);
+        if (in.round == 2) round_f16(d, n);
+      }
+      for (size_t j = 0; j < stores_.size(); ++j) store(out_acc[j], start, n, slot(stores_[j].slot));
+    }
+  });
+}
+
+std::string Cluster::describe() const {
+  std::string s = "cluster shape " + c10::str(c10::IntArrayRef(shape_)) + " " + c10::toString(dtype_) + ", tile " +
+                  std::to_string(tile_) + ", " + std::to_string(num_slots_) + " buffers:";
+  for (const std::string& m : member_names_) s += " " + m + ",";
+  s.pop_back();
+  s += "; inputs";
+  for (const Input& in : inputs_) s += " %" + std::to_string(in.node) + (in.broadcast ? "(broadcast)" : "");
+  if (!splats_.empty()) s += " + " + std::to_string(splats_.size()) + " constants";
+  s += "; stores";
+  for (int32_t m : store_nodes_) s += " %" + std::to_string(m);
+  return s;
+}
+
+}  // namespace torch_tpu::runtime::host

@@ -1,0 +1,405 @@
+// The host runtime's fused elementwise clusters (runtime/host/fusion.h): every program runs
+// with fusion on and off (the per-node ATen kernels are the expected values), and the cluster
+// partition is checked through stats().
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "ir/verifier.h"
+#include "runtime/host/executor.h"
+
+namespace torch_tpu::runtime {
+namespace {
+
+using host::HostExecutable;
+using host::HostOptions;
+using ir::DType;
+using ir::Node;
+using ir::OpKind;
+
+struct Program {
+  ir::Graph g;
+  int32_t add(OpKind k, DType t, std::vector<int64_t> shape, std::vector<int32_t> operands = {},
+              std::vector<int64_t> iattrs = {}, std::vector<double> fattrs = {}) {
+    return g.add(Node{k, t, std::move(shape), std::move(operands), std::move(iattrs), std::move(fattrs)});
+  }
+  int32_t param(int64_t binding, DType t, std::vector<int64_t> shape) {
+    return add(OpKind::kParameter, t, std::move(shape), {}, {binding});
+  }
+  int32_t constant(DType t, double v) { return add(OpKind::kConstant, t, {}, {}, {}, {v}); }
+  // A scalar constant broadcast to `shape`.
+  int32_t splat(DType t, double v, const std::vector<int64_t>& shape) {
+    return add(OpKind::kBroadcastInDim, t, shape, {constant(t, v)}, {});
+  }
+};
+
+Binding tensor_binding(const at::Tensor& t, bool snapshot = false) {
+  Binding b;
+  b.dtype = t.scalar_type();
+  b.data = t.data_ptr();
+  b.sizes.assign(t.sizes().begin(), t.sizes().end());
+  b.strides.assign(t.strides().begin(), t.strides().end());
+  b.snapshot = snapshot;
+  return b;
+}
+
+HostExecutable compile(const Program& p, const std::vector<int32_t>& outputs, bool fuse) {
+  ir::verify(p.g);
+  HostOptions o;
+  o.fuse = fuse;
+  return HostExecutable(p.g, outputs, o);
+}
+
+// Fresh contiguous results of `outputs`.
+std::vector<at::Tensor> run(const HostExecutable& exe, const Program& p, const std::vector<int32_t>& outputs,
+                            const std::vector<Binding>& inputs) {
+  std::vector<at::Tensor> results;
+  std::vector<OutputTarget> targets;
+  for (int32_t o : outputs) {
+    const Node& n = p.g.node(o);
+    results.push_back(at::full(n.shape, 7, static_cast<at::ScalarType>(n.dtype)));
+    targets.push_back({o, tensor_binding(results.back())});
+  }
+  exe.run(inputs, targets, {});
+  return results;
+}
+
+// Runs fused and unfused; expects the fused program to have `clusters` clusters and both to
+// agree exactly (exact) or within float32 test tolerances.
+std::vector<at::Tensor> check(const Program& p, const std::vector<int32_t>& outputs, const std::vector<Binding>& inputs,
+                              int clusters, bool exact = true) {
+  HostExecutable fused = compile(p, outputs, true), plain = compile(p, outputs, false);
+  EXPECT_EQ(fused.stats().clusters, clusters) << fused.describe();
+  EXPECT_EQ(plain.stats().clusters, 0);
+  EXPECT_EQ(plain.stats().fused_nodes, 0);
+  auto got = run(fused, p, outputs, inputs);
+  auto want = run(plain, p, outputs, inputs);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].scalar_type(), want[i].scalar_type());
+    if (exact || !at::isFloatingType(got[i].scalar_type())) {
+      EXPECT_TRUE(at::equal(got[i], want[i])) << "output " << i << "\n" << fused.describe();
+    } else {
+      // bf16 results may differ by one bf16 ulp where float transcendentals differ in the last
+      // float bit (std:: vs ATen's SLEEF) right at a rounding boundary.
+      double rtol = got[i].scalar_type() == at::kBFloat16 ? 8e-3 : 1.3e-6;
+      EXPECT_TRUE(at::allclose(got[i].to(at::kFloat), want[i].to(at::kFloat), rtol, 1e-5))
+          << "output " << i << " max diff "
+          << (got[i].to(at::kFloat) - want[i].to(at::kFloat)).abs().max().item<float>();
+    }
+  }
+  return got;
+}
+
+TEST(HostFusion, ArithmeticChainF32MatchesKernelsExactly) {
+  // Not a multiple of the tile: the last tile is partial.
+  const int64_t n = 5000;
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {n});
+  int32_t y = p.param(1, DType::kF32, {n});
+  int32_t a = p.add(OpKind::kMul, DType::kF32, {n}, {x, p.splat(DType::kF32, 2.0, {n})});
+  int32_t b = p.add(OpKind::kAdd, DType::kF32, {n}, {a, p.splat(DType::kF32, 1.0, {n})});
+  int32_t c = p.add(OpKind::kDiv, DType::kF32, {n}, {b, y});
+  int32_t d = p.add(OpKind::kSub, DType::kF32, {n}, {c, x});
+  int32_t e = p.add(OpKind::kMax, DType::kF32, {n}, {d, y});
+  int32_t f = p.add(OpKind::kMin, DType::kF32, {n}, {e, a});
+  int32_t g = p.add(OpKind::kAbs, DType::kF32, {n}, {f});
+  int32_t h = p.add(OpKind::kNeg, DType::kF32, {n}, {g});
+  int32_t r = p.add(OpKind::kRem, DType::kF32, {n}, {h, y});
+  int32_t s = p.add(OpKind::kSqrt, DType::kF32, {n}, {g});
+  int32_t t = p.add(OpKind::kFloor, DType::kF32, {n}, {s});
+  int32_t u = p.add(OpKind::kRoundEven, DType::kF32, {n}, {r});
+  at::Tensor xv = at::randn({n}), yv = at::rand({n}) + 0.5;
+  check(p, {t, u}, {tensor_binding(xv), tensor_binding(yv)}, 1);
+  HostExecutable exe = compile(p, {t, u}, true);
+  EXPECT_EQ(exe.stats().steps, 3);  // the two constants, then one cluster
+  EXPECT_EQ(exe.stats().fused_nodes, 14);
+}
+
+TEST(HostFusion, TranscendentalChainF32WithinTolerance) {
+  const int64_t n = 3001;
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {n});
+  int32_t y = p.param(1, DType::kF32, {n});
+  int32_t prev = x;
+  for (OpKind k : {OpKind::kTanh, OpKind::kExp, OpKind::kLog1p, OpKind::kLogistic, OpKind::kErf, OpKind::kSin,
+                   OpKind::kCos, OpKind::kAtan, OpKind::kExpm1, OpKind::kAsinh, OpKind::kCbrt, OpKind::kRsqrt}) {
+    prev = p.add(k, DType::kF32, {n}, {prev});
+  }
+  int32_t q = p.add(OpKind::kPow, DType::kF32, {n}, {prev, y});
+  int32_t w = p.add(OpKind::kAtan2, DType::kF32, {n}, {q, x});
+  int32_t fin = p.add(OpKind::kIsFinite, DType::kBool, {n}, {w});
+  at::Tensor xv = at::randn({n}), yv = at::rand({n}) * 2;
+  check(p, {w, fin}, {tensor_binding(xv), tensor_binding(yv)}, 1, /*exact=*/false);
+}
+
+TEST(HostFusion, Bf16AndF16RoundAfterEveryNode) {
+  const int64_t n = 2500;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    Program p;
+    int32_t x = p.param(0, dt, {n});
+    int32_t y = p.param(1, dt, {n});
+    int32_t a = p.add(OpKind::kMul, dt, {n}, {x, y});
+    int32_t b = p.add(OpKind::kAdd, dt, {n}, {a, p.splat(dt, 0.1, {n})});
+    int32_t c = p.add(OpKind::kDiv, dt, {n}, {b, y});
+    int32_t d = p.add(OpKind::kConvert, DType::kF32, {n}, {c});
+    int32_t e = p.add(OpKind::kMul, DType::kF32, {n}, {d, d});
+    int32_t f = p.add(OpKind::kConvert, dt, {n}, {e});
+    int32_t g = p.add(OpKind::kSub, dt, {n}, {f, x});
+    at::ScalarType st = static_cast<at::ScalarType>(dt);
+    at::Tensor xv = at::randn({n}).to(st), yv = (at::rand({n}) + 0.5).to(st);
+    check(p, {d, g}, {tensor_binding(xv), tensor_binding(yv)}, 1);
+    // Transcendentals: within one ulp of the dtype.
+    Program q;
+    int32_t qx = q.param(0, dt, {n});
+    int32_t t = q.add(OpKind::kTanh, dt, {n}, {qx});
+    int32_t ex = q.add(OpKind::kExp, dt, {n}, {t});
+    int32_t m = q.add(OpKind::kMul, dt, {n}, {ex, qx});
+    HostExecutable fused = compile(q, {m}, true), plain = compile(q, {m}, false);
+    auto got = run(fused, q, {m}, {tensor_binding(xv)})[0].to(at::kFloat);
+    auto want = run(plain, q, {m}, {tensor_binding(xv)})[0].to(at::kFloat);
+    double ulp = dt == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+    EXPECT_TRUE(at::allclose(got, want, ulp, 1e-3)) << (got - want).abs().max().item<float>();
+    EXPECT_EQ(fused.stats().clusters, 1);
+  }
+}
+
+TEST(HostFusion, BroadcastOperandsAreStrideZeroReads) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {3, 1000});
+  int32_t bias = p.param(1, DType::kF32, {1000});
+  int32_t col = p.param(2, DType::kF32, {3, 1});
+  int32_t scale = p.param(3, DType::kF32, {});
+  int32_t bb = p.add(OpKind::kBroadcastInDim, DType::kF32, {3, 1000}, {bias}, {1});
+  int32_t bc = p.add(OpKind::kBroadcastInDim, DType::kF32, {3, 1000}, {col}, {0, 1});
+  int32_t bs = p.add(OpKind::kBroadcastInDim, DType::kF32, {3, 1000}, {scale}, {});
+  int32_t a = p.add(OpKind::kAdd, DType::kF32, {3, 1000}, {x, bb});
+  int32_t b = p.add(OpKind::kMul, DType::kF32, {3, 1000}, {a, bc});
+  int32_t c = p.add(OpKind::kSub, DType::kF32, {3, 1000}, {b, bs});
+  at::Tensor xv = at::randn({3, 1000}), biasv = at::randn({1000}), colv = at::randn({3, 1});
+  Binding sc;
+  sc.kind = Binding::Kind::Scalar;
+  sc.d = 0.25;
+  auto r = check(p, {c}, {tensor_binding(xv), tensor_binding(biasv), tensor_binding(colv), sc}, 1);
+  EXPECT_TRUE(at::equal(r[0], (xv + biasv) * colv - 0.25f));
+}
+
+TEST(HostFusion, StridedInputsAndStridedDirectOutput) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {40, 70});
+  int32_t y = p.param(1, DType::kBF16, {40, 70});
+  int32_t yc = p.add(OpKind::kConvert, DType::kF32, {40, 70}, {y});
+  int32_t a = p.add(OpKind::kMul, DType::kF32, {40, 70}, {x, yc});
+  int32_t b = p.add(OpKind::kTanh, DType::kF32, {40, 70}, {a});
+  at::Tensor xv = at::randn({70, 40}).t();  // transposed
+  at::Tensor ybuf = at::randn({80, 220}).to(at::kBFloat16);
+  at::Tensor yv = ybuf.slice(0, 0, 80, 2).slice(1, 5, 215, 3);  // [40, 70], strided
+  ASSERT_EQ(yv.sizes(), (c10::IntArrayRef{40, 70}));
+  check(p, {b}, {tensor_binding(xv), tensor_binding(yv)}, 1, /*exact=*/false);
+  // A strided destination of the node's dtype is written directly (scatter).
+  HostExecutable exe = compile(p, {b}, true);
+  at::Tensor obuf = at::full({70, 80}, -1.f);
+  at::Tensor out = obuf.slice(1, 0, 80, 2).t();  // [40, 70], strides (2, 80)
+  exe.run({tensor_binding(xv), tensor_binding(yv)}, {{b, tensor_binding(out)}}, {});
+  EXPECT_TRUE(at::allclose(out, at::tanh(xv * yv.to(at::kFloat)), 1.3e-6, 1e-5));
+  EXPECT_EQ(obuf[0][1].item<float>(), -1.f);  // untouched between the strided elements
+}
+
+TEST(HostFusion, ClusterValueReadByReductionIsStored) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {64, 33});
+  int32_t a = p.add(OpKind::kMul, DType::kF32, {64, 33}, {x, x});
+  int32_t b = p.add(OpKind::kAdd, DType::kF32, {64, 33}, {a, x});
+  int32_t s = p.add(OpKind::kReduce, DType::kF32, {64}, {b}, {0, 1});  // sum over dim 1
+  int32_t bs = p.add(OpKind::kBroadcastInDim, DType::kF32, {64, 33}, {s}, {0});
+  int32_t c = p.add(OpKind::kDiv, DType::kF32, {64, 33}, {b, bs});
+  int32_t d = p.add(OpKind::kExp, DType::kF32, {64, 33}, {c});
+  at::Tensor xv = at::randn({64, 33});
+  // [mul, add] stored for the reduction, then [broadcast, div, exp] reading it back.
+  check(p, {d}, {tensor_binding(xv)}, 2, /*exact=*/false);
+  HostExecutable exe = compile(p, {d}, true);
+  EXPECT_EQ(exe.stats().steps, 3) << exe.describe();
+  EXPECT_NE(exe.describe().find("stores %2"), std::string::npos) << exe.describe();
+}
+
+TEST(HostFusion, OutputsDirectConvertedDuplicatedAndAliasingAnInput) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {1500});
+  int32_t a = p.add(OpKind::kMul, DType::kF32, {1500}, {x, x});
+  int32_t b = p.add(OpKind::kSub, DType::kF32, {1500}, {a, x});
+  int32_t c = p.add(OpKind::kNeg, DType::kF32, {1500}, {b});
+  HostExecutable exe = compile(p, {a, c}, true);
+  ASSERT_EQ(exe.stats().clusters, 1);
+  at::Tensor xv = at::randn({1500});
+  at::Tensor want_a = xv * xv, want_c = -(want_a - xv);
+  // a: into a float64 destination (converted copy) and a float32 one; c: into x's own memory.
+  at::Tensor da = at::empty({1500}, at::kDouble), da2 = at::empty({1500});
+  at::Tensor xin = xv.clone();
+  exe.run({tensor_binding(xin)}, {{a, tensor_binding(da)}, {a, tensor_binding(da2)}, {c, tensor_binding(xin)}}, {});
+  EXPECT_TRUE(at::equal(da, want_a.to(at::kDouble)));
+  EXPECT_TRUE(at::equal(da2, want_a));
+  EXPECT_TRUE(at::equal(xin, want_c));
+}
+
+TEST(HostFusion, SnapshotBindingIsReadAtBindTime) {
+  // y = x * 2 is written into x's memory; z = x' + 1 reads the same memory through another
+  // binding. Unfused, z's kernel runs after y was written, so only a snapshot sees the old x.
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {100});
+  int32_t x2 = p.param(1, DType::kF32, {100});
+  int32_t y = p.add(OpKind::kMul, DType::kF32, {100}, {x, p.splat(DType::kF32, 2.0, {100})});
+  int32_t z = p.add(OpKind::kAdd, DType::kF32, {100}, {x2, p.splat(DType::kF32, 1.0, {100})});
+  at::Tensor orig = at::randn({100});
+  for (bool fuse : {false, true}) {
+    for (bool snapshot : {false, true}) {
+      HostExecutable exe = compile(p, {y, z}, fuse);
+      at::Tensor mem = orig.clone(), zout = at::empty({100});
+      exe.run({tensor_binding(mem), tensor_binding(mem, snapshot)},
+              {{y, tensor_binding(mem)}, {z, tensor_binding(zout)}}, {});
+      EXPECT_TRUE(at::equal(mem, orig * 2));
+      if (snapshot) {
+        EXPECT_TRUE(at::equal(zout, orig + 1)) << "fuse " << fuse;
+      }
+    }
+  }
+}
+
+TEST(HostFusion, CompareSelectAndBoolMasks) {
+  const int64_t n = 4099;
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {n});
+  int32_t y = p.param(1, DType::kF32, {n});
+  int32_t keep = p.param(2, DType::kBool, {n});
+  int32_t gt = p.add(OpKind::kCompare, DType::kBool, {n}, {x, y}, {4});
+  int32_t le = p.add(OpKind::kCompare, DType::kBool, {n}, {x, p.splat(DType::kF32, 0.5, {n})}, {3});
+  int32_t both = p.add(OpKind::kAnd, DType::kBool, {n}, {gt, keep});
+  int32_t either = p.add(OpKind::kOr, DType::kBool, {n}, {both, le});
+  int32_t none = p.add(OpKind::kNot, DType::kBool, {n}, {either});
+  int32_t ex = p.add(OpKind::kXor, DType::kBool, {n}, {none, gt});
+  int32_t s = p.add(OpKind::kSelect, DType::kF32, {n}, {ex, x, y});
+  int32_t m = p.add(OpKind::kConvert, DType::kF32, {n}, {both});
+  int32_t t = p.add(OpKind::kMul, DType::kF32, {n}, {s, m});
+  int32_t b = p.add(OpKind::kConvert, DType::kBool, {n}, {t});
+  at::Tensor xv = at::randn({n}), yv = at::randn({n}), kv = at::rand({n}) > 0.3;
+  check(p, {ex, t, b}, {tensor_binding(xv), tensor_binding(yv), tensor_binding(kv)}, 1);
+}
+
+TEST(HostFusion, IntegerInputsOnlyThroughConvert) {
+  Program p;
+  int32_t i = p.param(0, DType::kI64, {300});
+  int32_t f = p.add(OpKind::kConvert, DType::kF32, {300}, {i});
+  int32_t h = p.add(OpKind::kConvert, DType::kBF16, {300}, {i});
+  int32_t hf = p.add(OpKind::kConvert, DType::kF32, {300}, {h});
+  int32_t a = p.add(OpKind::kSub, DType::kF32, {300}, {f, hf});
+  int32_t k = p.add(OpKind::kAdd, DType::kI64, {300}, {i, i});  // integer arithmetic: a kernel
+  int32_t kf = p.add(OpKind::kConvert, DType::kF32, {300}, {k});
+  int32_t r = p.add(OpKind::kAdd, DType::kF32, {300}, {a, kf});
+  at::Tensor iv = at::randint(-(int64_t{1} << 40), int64_t{1} << 40, {300}, at::kLong);
+  check(p, {r}, {tensor_binding(iv)}, 1);
+}
+
+TEST(HostFusion, OutputOrderAndClosingRules) {
+  // Two shapes interleaved, outputs in both, and a kernel output in between: results (and the
+  // order writes happen in) must match the unfused program.
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {50});
+  int32_t w = p.param(1, DType::kF32, {7});
+  int32_t a = p.add(OpKind::kExp, DType::kF32, {50}, {x});
+  int32_t v = p.add(OpKind::kNeg, DType::kF32, {7}, {w});
+  int32_t b = p.add(OpKind::kMul, DType::kF32, {50}, {a, x});  // output: closes [v] (one node: a kernel)
+  int32_t u = p.add(OpKind::kAbs, DType::kF32, {7}, {v});      // output: closes [a, b]
+  int32_t s = p.add(OpKind::kReduce, DType::kF32, {}, {b}, {0, 0});
+  int32_t c = p.add(OpKind::kAdd, DType::kF32, {50}, {b, x});
+  int32_t d = p.add(OpKind::kSub, DType::kF32, {50}, {c, a});
+  at::Tensor xv = at::randn({50}), wv = at::randn({7});
+  check(p, {b, u, s, d}, {tensor_binding(xv), tensor_binding(wv)}, 2, /*exact=*/false);  // [a, b], [c, d]
+  // Fusion off via the environment.
+  setenv("TORCH_TPU_HOST_FUSION", "0", 1);
+  EXPECT_FALSE(HostOptions::from_env().fuse);
+  unsetenv("TORCH_TPU_HOST_FUSION");
+  EXPECT_TRUE(HostOptions::from_env().fuse);
+}
+
+TEST(HostFusion, EmptyAndTinyShapes) {
+  for (int64_t n : {0, 1, 7, 8, 9, 1024, 1025}) {
+    Program p;
+    int32_t x = p.param(0, DType::kF32, {n, 1});
+    int32_t a = p.add(OpKind::kAdd, DType::kF32, {n, 1}, {x, x});
+    int32_t b = p.add(OpKind::kMul, DType::kF32, {n, 1}, {a, x});
+    at::Tensor xv = at::randn({n, 1});
+    check(p, {b}, {tensor_binding(xv)}, 1);
+  }
+}
+
+TEST(HostFusion, LongChainsSplitIntoBoundedClusters) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {777});
+  int32_t v = x;
+  for (int k = 0; k < 100; ++k) v = p.add(k % 2 ? OpKind::kAdd : OpKind::kMul, DType::kF32, {777}, {v, x});
+  at::Tensor xv = at::rand({777}) * 0.1;
+  check(p, {v}, {tensor_binding(xv)}, 2);  // 64 + 36 members
+}
+
+TEST(HostFusion, UnsupportedDtypesStayKernels) {
+  Program p;
+  int32_t d = p.param(0, DType::kF64, {10});
+  int32_t i = p.param(1, DType::kI32, {10});
+  int32_t b = p.add(OpKind::kConvert, DType::kBool, {10}, {d});  // 1e-50 is true: not via float
+  int32_t s = p.add(OpKind::kAdd, DType::kF64, {10}, {d, d});
+  int32_t j = p.add(OpKind::kMul, DType::kI32, {10}, {i, i});
+  int32_t k = p.add(OpKind::kNot, DType::kI32, {10}, {j});  // bitwise not
+  at::Tensor dv = at::full({10}, 1e-50, at::kDouble), iv = at::arange(10, at::kInt);
+  auto r = check(p, {b, s, k}, {tensor_binding(dv), tensor_binding(iv)}, 0);
+  EXPECT_TRUE(r[0].all().item<bool>());
+}
+
+TEST(HostFusion, LargeStridedInputsAcrossThreads) {
+  // Many tiles (split over the intra-op pool), a transposed bf16 input and a broadcast column.
+  Program p;
+  int32_t x = p.param(0, DType::kBF16, {700, 900});
+  int32_t c = p.param(1, DType::kF32, {700});
+  int32_t xf = p.add(OpKind::kConvert, DType::kF32, {700, 900}, {x});
+  int32_t bc = p.add(OpKind::kBroadcastInDim, DType::kF32, {700, 900}, {c}, {0});
+  int32_t a = p.add(OpKind::kMul, DType::kF32, {700, 900}, {xf, bc});
+  int32_t l = p.add(OpKind::kLogistic, DType::kF32, {700, 900}, {a});
+  int32_t o = p.add(OpKind::kConvert, DType::kBF16, {700, 900}, {l});
+  at::Tensor xv = at::randn({900, 700}).to(at::kBFloat16).t(), cv = at::randn({700});
+  check(p, {o, l}, {tensor_binding(xv), tensor_binding(cv)}, 1, /*exact=*/false);
+}
+
+// Quick timings on 1M floats, fused vs per-node kernels (printed; the numbers depend on the
+// machine and its load, so nothing is asserted).
+TEST(HostFusion, TimingReport) {
+  const int64_t n = 1 << 20;
+  for (bool with_tanh : {false, true}) {
+    Program p;
+    int32_t x = p.param(0, DType::kF32, {n});
+    int32_t y = p.param(1, DType::kF32, {n});
+    int32_t a = p.add(OpKind::kMul, DType::kF32, {n}, {x, p.splat(DType::kF32, 2.0, {n})});
+    int32_t b = p.add(OpKind::kAdd, DType::kF32, {n}, {a, p.splat(DType::kF32, 1.0, {n})});
+    int32_t c = with_tanh ? p.add(OpKind::kTanh, DType::kF32, {n}, {b}) : b;
+    int32_t d = p.add(OpKind::kMul, DType::kF32, {n}, {c, y});
+    int32_t e = with_tanh ? d : p.add(OpKind::kSub, DType::kF32, {n}, {d, x});
+    at::Tensor xv = at::randn({n}), yv = at::randn({n}), out = at::empty({n});
+    for (bool fuse : {false, true}) {
+      HostExecutable exe = compile(p, {e}, fuse);
+      auto once = [&] { exe.run({tensor_binding(xv), tensor_binding(yv)}, {{e, tensor_binding(out)}}, {}); };
+      once();
+      double best = 1e30;
+      for (int rep = 0; rep < 5; ++rep) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int k = 0; k < 10; ++k) once();
+        auto dt = std::chrono::steady_clock::now() - t0;
+        best = std::min(best, std::chrono::duration<double, std::micro>(dt).count() / 10);
+      }
+      std::printf("[ timing ] %s, 1M f32, fusion %s: %.0f us/run (%d steps)\n",
+                  with_tanh ? "x*2+1 -> tanh -> *y" : "(x*2+1)*y-x", fuse ? "on " : "off", best, exe.stats().steps);
+      if (fuse && with_tanh) std::printf("%s", exe.describe().c_str());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace torch_tpu::runtime
