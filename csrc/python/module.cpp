@@ -10,4 +10,5 @@ PYBIND11_MODULE(_C, m) {
   torch_tpu::python::init_device_bindings(m);
   torch_tpu::python::init_exec_bindings(m);
   torch_tpu::python::init_fused_bindings(m);
+  torch_tpu::python::init_stablehlo_bindings(m);
 }
