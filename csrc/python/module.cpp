@@ -11,4 +11,5 @@ PYBIND11_MODULE(_C, m) {
   torch_tpu::python::init_exec_bindings(m);
   torch_tpu::python::init_fused_bindings(m);
   torch_tpu::python::init_cache_bindings(m);
+  torch_tpu::python::init_stablehlo_bindings(m);
 }

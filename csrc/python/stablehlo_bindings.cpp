@@ -1,0 +1,35 @@
+// Python binding of the StableHLO emitter, used by tests/stablehlo (which run the emitted module
+// on JAX's CPU backend) and by tools that want to look at the StableHLO of a program.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "ir/verifier.h"
+#include "python/bindings.h"
+#include "python/ir_convert.h"
+#include "stablehlo/emitter.h"
+
+namespace py = pybind11;
+
+namespace torch_tpu::python {
+
+void init_stablehlo_bindings(py::module_& m) {
+  m.def(
+      "_stablehlo_emit",
+      [](const py::list& nodes, const std::vector<int32_t>& outputs, const std::string& module_name) {
+        ir::Graph g = graph_from_python(nodes);
+        stablehlo::EmitOptions options;
+        options.module_name = module_name;
+        try {
+          return stablehlo::emit_stablehlo(g, outputs, options);
+        } catch (const ir::VerifyError& e) {
+          throw std::runtime_error(e.what());  // RuntimeError, as _ir_verify raises
+        }
+      },
+      py::arg("nodes"), py::arg("outputs"), py::arg("module_name") = "torch_tpu",
+      "MLIR text (StableHLO) of the wire-format graph `nodes` computing `outputs`; see csrc/stablehlo/emitter.h.");
+}
+
+}  // namespace torch_tpu::python

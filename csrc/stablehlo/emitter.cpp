@@ -1,0 +1,559 @@
+// The per-op translation table (see emitter.h for the design and docs/stablehlo.md for the map).
+#include "stablehlo/emitter.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <map>
+
+#include "common/check.h"
+#include "ir/verifier.h"
+#include "stablehlo/rng.h"
+#include "stablehlo/text.h"
+
+namespace torch_tpu::stablehlo {
+namespace {
+
+using ir::OpKind;
+using Shape = std::vector<int64_t>;
+
+// Adding an op to ops.h must add its translation below (emit_node's switch has no default).
+static_assert(ir::kNumOpKinds == 73, "new IR op: add its StableHLO translation to emit_node");
+
+[[noreturn]] void unsupported(const ir::Node& n, const std::string& why) {
+  C10_THROW_ERROR(NotImplementedError, std::string("torch_tpu: StableHLO emitter: ") + ir::op_name(n.kind) + " on " +
+                                           ir::dtype_name(n.dtype) + ": " + why);
+}
+
+bool is_half(const std::string& e) { return e == "f16" || e == "bf16"; }
+
+Val zero_like(Body& b, const std::string& e, const Shape& shape) {
+  return elem_is_float(e) ? b.fsplat(0.0, e, shape) : b.isplat(0, e, shape);
+}
+
+// The IR's convert (torch's .to): ->bool is != 0; float->int truncates through int64 and wraps
+// like torch; f64->f16/bf16 rounds through f32 like c10::Half/BFloat16.
+Val ir_convert(Body& b, const Val& x, const std::string& dst) {
+  const std::string& src = x.type.elem;
+  if (src == dst) return x;
+  if (dst == "i1") return b.compare("NE", x, zero_like(b, src, x.type.shape));
+  if (elem_is_float(src) && !elem_is_float(dst) && dst != "i64") return b.convert(b.convert(x, "i64"), dst);
+  if (src == "f64" && is_half(dst)) return b.convert(b.convert(x, "f32"), dst);
+  return b.convert(x, dst);
+}
+
+// Identity element of a reduction ("sum", "prod", "max", "min", "and", "or") in type e.
+Val identity(Body& b, const std::string& kind, const std::string& e) {
+  if (kind == "sum" || kind == "or") return zero_like(b, e, {});
+  if (kind == "prod" || kind == "and") return elem_is_float(e) ? b.fsplat(1.0, e) : b.isplat(1, e);
+  const bool max = kind == "max";
+  if (elem_is_float(e))
+    return b.fsplat(max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity(), e);
+  if (e == "i1") return b.isplat(max ? 0 : 1, e);
+  const int bits = elem_bits(e);
+  if (elem_is_unsigned(e)) return b.isplat(max ? 0 : static_cast<int64_t>((1ULL << bits) - 1), e);
+  const int64_t lo = bits == 64 ? std::numeric_limits<int64_t>::min() : -(int64_t{1} << (bits - 1));
+  return b.isplat(max ? lo : -(lo + 1), e);
+}
+
+// The StableHLO op combining two values for reduction kind `kind` (bool max/min are or/and).
+std::string combiner(const std::string& kind, const std::string& e) {
+  if (kind == "sum") return "stablehlo.add";
+  if (kind == "prod") return "stablehlo.multiply";
+  if (kind == "max") return e == "i1" ? "stablehlo.or" : "stablehlo.maximum";
+  if (kind == "min") return e == "i1" ? "stablehlo.and" : "stablehlo.minimum";
+  if (kind == "and") return "stablehlo.and";
+  return "stablehlo.or";
+}
+
+std::string binary_region(Body& b, const std::string& opname, const std::string& e) {
+  TType s{e, {}};
+  return b.region({s, s},
+                  [&](Body& r, const std::vector<Val>& a) { return std::vector<Val>{r.binary(opname, a[0], a[1])}; });
+}
+
+// f16/bf16 sums and products accumulate in f32 and round once (docs/ir.md: float sums accumulate
+// in >= f32; for products this is as exact as any rounding order torch's kernels happen to use).
+std::string accumulation_type(const std::string& kind, const std::string& e) {
+  return (kind == "sum" || kind == "prod") && is_half(e) ? "f32" : e;
+}
+
+std::string padding_attr(const Shape& lo, const Shape& hi) {
+  std::string s = "dense<[";
+  for (size_t d = 0; d < lo.size(); ++d)
+    s += (d ? ", [" : "[") + std::to_string(lo[d]) + ", " + std::to_string(hi[d]) + "]";
+  return s + "]> : tensor<" + std::to_string(lo.size()) + "x2xi64>";
+}
+
+Val reduce_window(Body& b, const Val& x, const std::string& kind, const Shape& window, const Shape& strides,
+                  const Shape& lo, const Shape& hi, const Shape& dilation, const Shape& out_shape) {
+  const std::string e = x.type.elem;
+  const std::string acc = accumulation_type(kind, e);
+  Val xa = b.convert(x, acc);
+  std::string attrs = "window_dimensions = " + i64_array(window) + ", window_strides = " + i64_array(strides) +
+                      ", base_dilations = " + i64_array(Shape(window.size(), 1)) +
+                      ", window_dilations = " + i64_array(dilation) + ", padding = " + padding_attr(lo, hi);
+  Val r = b.op("stablehlo.reduce_window", {xa, identity(b, kind, acc)}, {acc, out_shape}, attrs,
+               binary_region(b, combiner(kind, acc), acc));
+  return b.convert(r, e);
+}
+
+// torch.gather/scatter index -> StableHLO full coordinates [..., rank]: `index` along `axis`,
+// the position itself along every other dim.
+Val full_coordinates(Body& b, const Val& index, int64_t axis) {
+  const Shape& s = index.type.shape;
+  Shape one = s;
+  one.push_back(1);
+  std::vector<Val> parts;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
+    parts.push_back(b.reshape(d == axis ? index : b.iota("i64", s, d), one));
+  if (parts.size() == 1) return parts[0];
+  Shape full = s;
+  full.push_back(static_cast<int64_t>(s.size()));
+  return b.op("stablehlo.concatenate", parts, {"i64", full}, "dimension = " + std::to_string(s.size()) + " : i64");
+}
+
+Shape iota_list(int64_t n) {
+  Shape v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+// NaN-aware "a is before b" for argmax/argmin (NaN is the extreme) and for sort (NaN largest).
+Val is_nan(Body& b, const Val& v) { return b.compare("NE", v, v); }
+
+Val emit_unary(Body& b, const ir::Node& n, const Val& x) {
+  const std::string& e = x.type.elem;
+  static const std::map<OpKind, const char*> kDirect = {
+      {OpKind::kNeg, "stablehlo.negate"},
+      {OpKind::kFloor, "stablehlo.floor"},
+      {OpKind::kCeil, "stablehlo.ceil"},
+      {OpKind::kRoundEven, "stablehlo.round_nearest_even"},
+      {OpKind::kExp, "stablehlo.exponential"},
+      {OpKind::kExpm1, "stablehlo.exponential_minus_one"},
+      {OpKind::kLog, "stablehlo.log"},
+      {OpKind::kLog1p, "stablehlo.log_plus_one"},
+      {OpKind::kSqrt, "stablehlo.sqrt"},
+      {OpKind::kRsqrt, "stablehlo.rsqrt"},
+      {OpKind::kCbrt, "stablehlo.cbrt"},
+      {OpKind::kSin, "stablehlo.sine"},
+      {OpKind::kCos, "stablehlo.cosine"},
+      {OpKind::kTan, "stablehlo.tan"},
+      {OpKind::kTanh, "stablehlo.tanh"},
+      {OpKind::kAsin, "chlo.asin"},
+      {OpKind::kAcos, "chlo.acos"},
+      {OpKind::kAtan, "chlo.atan"},
+      {OpKind::kSinh, "chlo.sinh"},
+      {OpKind::kCosh, "chlo.cosh"},
+      {OpKind::kAsinh, "chlo.asinh"},
+      {OpKind::kAcosh, "chlo.acosh"},
+      {OpKind::kAtanh, "chlo.atanh"},
+      {OpKind::kLogistic, "stablehlo.logistic"},
+      {OpKind::kErf, "chlo.erf"},
+      {OpKind::kErfinv, "chlo.erf_inv"},
+      {OpKind::kLgamma, "chlo.lgamma"},
+      {OpKind::kNot, "stablehlo.not"},
+  };
+  switch (n.kind) {
+    case OpKind::kAbs:  // stablehlo.abs takes signed types only; |x| of an unsigned x is x
+      return elem_is_unsigned(e) ? x : b.unary("stablehlo.abs", x);
+    case OpKind::kSign:  // torch.sign(NaN) is 0; stablehlo.sign(NaN) is NaN
+      if (elem_is_float(e)) return b.select(is_nan(b, x), zero_like(b, e, x.type.shape), b.unary("stablehlo.sign", x));
+      if (!elem_is_unsigned(e)) return b.unary("stablehlo.sign", x);
+      return b.convert(b.compare("NE", x, zero_like(b, e, x.type.shape)), e);
+    case OpKind::kTrunc:  // no stablehlo.trunc: ceil below zero, floor otherwise (keeps -0, NaN)
+      return b.select(b.compare("LT", x, zero_like(b, e, x.type.shape)), b.unary("stablehlo.ceil", x),
+                      b.unary("stablehlo.floor", x));
+    case OpKind::kDigamma: {  // torch: digamma(+-0) = -+inf (the pole's one-sided limit); chlo gives NaN
+      Val pole = b.unary("stablehlo.negate", b.binary("stablehlo.divide", b.fsplat(1.0, e, x.type.shape), x));
+      return b.select(b.compare("EQ", x, zero_like(b, e, x.type.shape)), pole, b.unary("chlo.digamma", x));
+    }
+    case OpKind::kIsFinite:
+      return b.op("stablehlo.is_finite", {x}, {"i1", x.type.shape});
+    default:
+      break;
+  }
+  auto it = kDirect.find(n.kind);
+  if (it == kDirect.end()) unsupported(n, "no unary translation");
+  return b.unary(it->second, x);
+}
+
+Val emit_binary(Body& b, const ir::Node& n, const Val& x, const Val& y) {
+  static const std::map<OpKind, const char*> kOps = {
+      {OpKind::kAdd, "stablehlo.add"},
+      {OpKind::kSub, "stablehlo.subtract"},
+      {OpKind::kMul, "stablehlo.multiply"},
+      {OpKind::kDiv, "stablehlo.divide"},
+      {OpKind::kRem, "stablehlo.remainder"},
+      {OpKind::kPow, "stablehlo.power"},
+      {OpKind::kMax, "stablehlo.maximum"},
+      {OpKind::kMin, "stablehlo.minimum"},
+      {OpKind::kAtan2, "stablehlo.atan2"},
+      {OpKind::kAnd, "stablehlo.and"},
+      {OpKind::kOr, "stablehlo.or"},
+      {OpKind::kXor, "stablehlo.xor"},
+      {OpKind::kShl, "stablehlo.shift_left"},
+      {OpKind::kShrArith, "stablehlo.shift_right_arithmetic"},
+      {OpKind::kShrLogical, "stablehlo.shift_right_logical"},
+  };
+  // divide/remainder truncate and take the dividend's sign for integers (= the IR's div/rem);
+  // maximum/minimum propagate NaN; shifts by an amount outside [0, bits) (as unsigned) give 0,
+  // or the sign fill for the arithmetic right shift -- the IR's (and torch's) semantics.
+  // torch's >> on uint8 is a logical shift (there is no sign bit to fill).
+  if (n.kind == OpKind::kShrArith && elem_is_unsigned(x.type.elem))
+    return b.binary("stablehlo.shift_right_logical", x, y);
+  return b.binary(kOps.at(n.kind), x, y);
+}
+
+Val emit_reduce(Body& b, const ir::Node& n, const Val& x) {
+  static const char* kKinds[] = {"sum", "prod", "max", "min", "and", "or", "argmax", "argmin"};
+  const int64_t k = n.iattrs.at(0);
+  if (k < 0 || k > 7) unsupported(n, "reduce kind " + std::to_string(k));
+  const std::string kind = kKinds[k];
+  Shape dims(n.iattrs.begin() + 1, n.iattrs.end());
+  const std::string e = x.type.elem;
+  if (kind == "argmax" || kind == "argmin") {
+    // Variadic reduce of (value, index): keep the extreme, NaN counting as the extreme (torch's
+    // argmax and argmin both return the first NaN), ties to the smaller index. The init index is
+    // INT64_MAX so the init pair loses every tie.
+    const bool max = kind == "argmax";
+    Val idx = b.iota("i64", x.type.shape, dims.at(0));
+    TType sv{e, {}}, si{"i64", {}};
+    std::string region = b.region({sv, si, sv, si}, [&](Body& r, const std::vector<Val>& a) {
+      const Val &av = a[0], &ai = a[1], &bv = a[2], &bi = a[3];
+      Val better = r.compare(max ? "GT" : "LT", av, bv);
+      Val equal = r.compare("EQ", av, bv);
+      if (elem_is_float(e)) {
+        Val an = is_nan(r, av), bn = is_nan(r, bv);
+        better = r.binary("stablehlo.or", better, r.binary("stablehlo.and", an, r.unary("stablehlo.not", bn)));
+        equal = r.binary("stablehlo.or", equal, r.binary("stablehlo.and", an, bn));
+      }
+      Val take_a = r.binary("stablehlo.or", better, r.binary("stablehlo.and", equal, r.compare("LT", ai, bi)));
+      return std::vector<Val>{r.select(take_a, av, bv), r.select(take_a, ai, bi)};
+    });
+    auto res =
+        b.op_n("stablehlo.reduce",
+               {x, idx, identity(b, max ? "max" : "min", e), b.isplat(std::numeric_limits<int64_t>::max(), "i64")},
+               {{e, n.shape}, {"i64", n.shape}}, "dimensions = " + i64_array(dims), region);
+    return res[1];
+  }
+  if (dims.empty()) return x;
+  const std::string acc = accumulation_type(kind, e);
+  Val r = b.op("stablehlo.reduce", {b.convert(x, acc), identity(b, kind, acc)}, {acc, n.shape},
+               "dimensions = " + i64_array(dims), binary_region(b, combiner(kind, acc), acc));
+  return b.convert(r, e);
+}
+
+Val emit_sort(Body& b, const ir::Node& n, const Val& x) {
+  if (x.type.shape.empty()) return b.isplat(0, "i64");
+  const int64_t dim = n.iattrs.at(0);
+  const bool descending = n.iattrs.at(1) != 0;
+  const std::string e = x.type.elem;
+  TType sv{e, {}}, si{"i64", {}};
+  // A strict "lhs goes first" with NaN as the largest value; is_stable keeps ties in input order.
+  std::string region = b.region({sv, sv, si, si}, [&](Body& r, const std::vector<Val>& a) {
+    const Val &lhs = a[0], &rhs = a[1];
+    Val before = r.compare(descending ? "GT" : "LT", lhs, rhs);
+    if (elem_is_float(e)) {
+      Val ln = is_nan(r, lhs), rn = is_nan(r, rhs);
+      Val nan_order = descending ? r.binary("stablehlo.and", ln, r.unary("stablehlo.not", rn))
+                                 : r.binary("stablehlo.and", r.unary("stablehlo.not", ln), rn);
+      before = r.binary("stablehlo.or", before, nan_order);
+    }
+    return std::vector<Val>{before};
+  });
+  auto res = b.op_n("stablehlo.sort", {x, b.iota("i64", x.type.shape, dim)}, {x.type, {"i64", x.type.shape}},
+                    "dimension = " + std::to_string(dim) + " : i64, is_stable = true", region);
+  return res[1];
+}
+
+Val emit_gather(Body& b, const ir::Node& n, const Val& x, const Val& index) {
+  const int64_t r = static_cast<int64_t>(x.type.shape.size());
+  if (r == 0) return x;  // a 0-d gather reads the only element
+  Shape dims = iota_list(r);
+  std::string attrs = "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = " + i64_list(dims) +
+                      ", start_index_map = " + i64_list(dims) + ", index_vector_dim = " + std::to_string(r) +
+                      ">, slice_sizes = " + i64_array(Shape(static_cast<size_t>(r), 1)) +
+                      ", indices_are_sorted = false";
+  return b.op("stablehlo.gather", {x, full_coordinates(b, index, n.iattrs.at(0))}, {x.type.elem, n.shape}, attrs);
+}
+
+Val emit_scatter(Body& b, const ir::Node& n, const Val& x, const Val& index, const Val& updates) {
+  static const char* kModes[] = {"replace", "sum", "prod", "max", "min"};
+  const int64_t m = n.iattrs.at(1);
+  if (m < 0 || m > 4) unsupported(n, "scatter mode " + std::to_string(m));
+  const std::string e = x.type.elem;
+  const std::string mode = kModes[m];
+  const int64_t r = static_cast<int64_t>(x.type.shape.size());
+  if (r == 0) return mode == "replace" ? updates : b.binary(combiner(mode, e), x, updates);
+  TType s{e, {}};
+  std::string region = b.region({s, s}, [&](Body& rb, const std::vector<Val>& a) {
+    return std::vector<Val>{mode == "replace" ? a[1] : rb.binary(combiner(mode, e), a[0], a[1])};
+  });
+  Shape dims = iota_list(r);
+  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = " + i64_list(dims) +
+                      ", scatter_dims_to_operand_dims = " + i64_list(dims) +
+                      ", index_vector_dim = " + std::to_string(r) +
+                      ">, indices_are_sorted = false, unique_indices = false";
+  return b.op("stablehlo.scatter", {x, full_coordinates(b, index, n.iattrs.at(0)), updates}, x.type, attrs, region);
+}
+
+Val emit_convolution(Body& b, const ir::Node& n, const Val& lhs, const Val& rhs) {
+  const int64_t nsp = n.iattrs.at(0);
+  auto list = [&](int64_t i) { return Shape(n.iattrs.begin() + 1 + i * nsp, n.iattrs.begin() + 1 + (i + 1) * nsp); };
+  const int64_t groups = n.iattrs.at(1 + 5 * nsp);
+  std::string sp;
+  for (int64_t d = 0; d < nsp; ++d) sp += ", " + std::to_string(d);
+  std::string attrs = "dimension_numbers = #stablehlo.conv<[b, f" + sp + "]x[o, i" + sp + "]->[b, f" + sp +
+                      "]>, window_strides = " + i64_array(list(0)) + ", padding = " + padding_attr(list(1), list(2)) +
+                      ", lhs_dilation = " + i64_array(list(3)) + ", rhs_dilation = " + i64_array(list(4)) +
+                      ", feature_group_count = " + std::to_string(groups) + " : i64, batch_group_count = 1 : i64";
+  // f16/bf16 convolve in f32 and round once (builder.py's reference does the same).
+  const std::string e = lhs.type.elem;
+  const std::string acc = is_half(e) ? "f32" : e;
+  Val r = b.op("stablehlo.convolution", {b.convert(lhs, acc), b.convert(rhs, acc)}, {acc, n.shape}, attrs);
+  return b.convert(r, e);
+}
+
+Val emit_dot_general(Body& b, const ir::Node& n, const Val& lhs, const Val& rhs) {
+  const auto& a = n.iattrs;
+  const int64_t nb = a.at(0);
+  Shape lb(a.begin() + 1, a.begin() + 1 + nb), rb(a.begin() + 1 + nb, a.begin() + 1 + 2 * nb);
+  const int64_t nc = a.at(static_cast<size_t>(1 + 2 * nb));
+  auto c0 = a.begin() + 2 + 2 * nb;
+  Shape lc(c0, c0 + nc), rc(c0 + nc, c0 + 2 * nc);
+  std::string dn;
+  auto field = [&](const char* name, const Shape& v) {
+    if (v.empty()) return;
+    dn += (dn.empty() ? "" : ", ") + std::string(name) + " = " + i64_list(v);
+  };
+  field("lhs_batching_dimensions", lb);
+  field("rhs_batching_dimensions", rb);
+  field("lhs_contracting_dimensions", lc);
+  field("rhs_contracting_dimensions", rc);
+  return b.op("stablehlo.dot_general", {lhs, rhs}, {lhs.type.elem, n.shape},
+              "dot_dimension_numbers = #stablehlo.dot<" + dn + ">");
+}
+
+Val emit_node(Body& b, const ir::Node& n, const std::vector<Val>& in) {
+  const std::string e = elem_of(n.dtype);
+  const TType out{e, n.shape};
+  const auto& a = n.iattrs;
+  const size_t r = n.shape.size();
+  switch (n.kind) {
+    case OpKind::kParameter:
+      break;  // arguments, bound by the caller
+    case OpKind::kConstant:
+      return n.fattrs.empty() ? b.isplat(a.at(0), e) : b.fsplat(n.fattrs[0], e);
+    case OpKind::kIota:
+      return ir_convert(b, b.iota("i64", n.shape, a.at(0)), e);
+    case OpKind::kRngUniform:
+    case OpKind::kRngNormal:
+      return emit_rng(b, n, in.at(0), in.at(1));
+    case OpKind::kNeg:
+    case OpKind::kAbs:
+    case OpKind::kSign:
+    case OpKind::kFloor:
+    case OpKind::kCeil:
+    case OpKind::kRoundEven:
+    case OpKind::kTrunc:
+    case OpKind::kExp:
+    case OpKind::kExpm1:
+    case OpKind::kLog:
+    case OpKind::kLog1p:
+    case OpKind::kSqrt:
+    case OpKind::kRsqrt:
+    case OpKind::kCbrt:
+    case OpKind::kSin:
+    case OpKind::kCos:
+    case OpKind::kTan:
+    case OpKind::kTanh:
+    case OpKind::kAsin:
+    case OpKind::kAcos:
+    case OpKind::kAtan:
+    case OpKind::kSinh:
+    case OpKind::kCosh:
+    case OpKind::kAsinh:
+    case OpKind::kAcosh:
+    case OpKind::kAtanh:
+    case OpKind::kLogistic:
+    case OpKind::kErf:
+    case OpKind::kErfinv:
+    case OpKind::kLgamma:
+    case OpKind::kDigamma:
+    case OpKind::kNot:
+    case OpKind::kIsFinite:
+      return emit_unary(b, n, in.at(0));
+    case OpKind::kAdd:
+    case OpKind::kSub:
+    case OpKind::kMul:
+    case OpKind::kDiv:
+    case OpKind::kRem:
+    case OpKind::kPow:
+    case OpKind::kMax:
+    case OpKind::kMin:
+    case OpKind::kAtan2:
+    case OpKind::kAnd:
+    case OpKind::kOr:
+    case OpKind::kXor:
+    case OpKind::kShl:
+    case OpKind::kShrArith:
+    case OpKind::kShrLogical:
+      return emit_binary(b, n, in.at(0), in.at(1));
+    case OpKind::kCompare: {
+      static const char* kDirs[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+      if (a.at(0) < 0 || a.at(0) > 5) unsupported(n, "comparison direction " + std::to_string(a.at(0)));
+      return b.compare(kDirs[a.at(0)], in.at(0), in.at(1));
+    }
+    case OpKind::kSelect:
+      return b.select(in.at(0), in.at(1), in.at(2));
+    case OpKind::kConvert:
+      return ir_convert(b, in.at(0), e);
+    case OpKind::kBroadcastInDim:
+      return b.op("stablehlo.broadcast_in_dim", {in.at(0)}, out, "broadcast_dimensions = " + i64_array(a));
+    case OpKind::kReshape:
+      return b.op("stablehlo.reshape", {in.at(0)}, out);
+    case OpKind::kTranspose:
+      return b.op("stablehlo.transpose", {in.at(0)}, out, "permutation = " + i64_array(a));
+    case OpKind::kSlice:
+      return b.op("stablehlo.slice", {in.at(0)}, out,
+                  "start_indices = " + i64_array(Shape(a.begin(), a.begin() + r)) +
+                      ", limit_indices = " + i64_array(Shape(a.begin() + r, a.begin() + 2 * r)) +
+                      ", strides = " + i64_array(Shape(a.begin() + 2 * r, a.end())));
+    case OpKind::kDynamicSlice:  // StableHLO clamps the starts exactly like the IR
+      return b.op("stablehlo.dynamic_slice", in, out, "slice_sizes = " + i64_array(a));
+    case OpKind::kDynamicUpdateSlice:
+      return b.op("stablehlo.dynamic_update_slice", in, out);
+    case OpKind::kConcatenate:
+      return b.op("stablehlo.concatenate", in, out, "dimension = " + std::to_string(a.at(0)) + " : i64");
+    case OpKind::kPad:  // interior first, then edges; negative edges crop (also into the padding)
+      return b.op("stablehlo.pad", {in.at(0), in.at(1)}, out,
+                  "edge_padding_low = " + i64_array(Shape(a.begin(), a.begin() + r)) +
+                      ", edge_padding_high = " + i64_array(Shape(a.begin() + r, a.begin() + 2 * r)) +
+                      ", interior_padding = " + i64_array(Shape(a.begin() + 2 * r, a.end())));
+    case OpKind::kReverse:
+      return b.op("stablehlo.reverse", {in.at(0)}, out, "dimensions = " + i64_array(a));
+    case OpKind::kGather:
+      return emit_gather(b, n, in.at(0), in.at(1));
+    case OpKind::kScatter:
+      return emit_scatter(b, n, in.at(0), in.at(1), in.at(2));
+    case OpKind::kReduce:
+      return emit_reduce(b, n, in.at(0));
+    case OpKind::kReduceWindow: {
+      static const char* kKinds[] = {"sum", "max", "min"};
+      if (a.at(0) < 0 || a.at(0) > 2) unsupported(n, "window kind " + std::to_string(a.at(0)));
+      if (r == 0) return in.at(0);
+      auto list = [&](size_t i) { return Shape(a.begin() + 1 + i * r, a.begin() + 1 + (i + 1) * r); };
+      return reduce_window(b, in.at(0), kKinds[a[0]], list(0), list(1), list(2), list(3), list(4), n.shape);
+    }
+    case OpKind::kScan: {
+      // Inclusive scan = reduce_window whose window spans the whole dim, padded by n-1 identity
+      // elements before (after, for a reverse scan) the data.
+      static const char* kKinds[] = {"sum", "prod", "max", "min"};
+      if (a.at(0) < 0 || a.at(0) > 3) unsupported(n, "scan kind " + std::to_string(a.at(0)));
+      if (r == 0) return in.at(0);
+      const size_t dim = static_cast<size_t>(a.at(1));
+      const bool reverse = a.at(2) != 0;
+      Shape window(r, 1), ones(r, 1), lo(r, 0), hi(r, 0);
+      window[dim] = n.shape[dim];
+      (reverse ? hi : lo)[dim] = n.shape[dim] - 1;
+      return reduce_window(b, in.at(0), kKinds[a[0]], window, ones, lo, hi, ones, n.shape);
+    }
+    case OpKind::kDotGeneral:
+      return emit_dot_general(b, n, in.at(0), in.at(1));
+    case OpKind::kConvolution:
+      return emit_convolution(b, n, in.at(0), in.at(1));
+    case OpKind::kSort:
+      return emit_sort(b, n, in.at(0));
+    case OpKind::kNumOps:
+      break;
+  }
+  unsupported(n, "no translation");
+}
+
+}  // namespace
+
+std::string emit_stablehlo(const ir::Graph& g, const std::vector<int32_t>& outputs, const EmitOptions& options) {
+  if (options.verify) ir::verify(g);
+  for (char c : options.module_name)
+    TPU_CHECK_VALUE(std::isalnum(static_cast<unsigned char>(c)) || c == '_', "StableHLO emitter: module name '",
+                    options.module_name, "' must be [A-Za-z0-9_]");
+
+  // Live nodes: those the outputs depend on.
+  std::vector<char> live(static_cast<size_t>(g.size()), 0);
+  for (int32_t o : outputs) {
+    TPU_CHECK_VALUE(o >= 0 && o < g.size(), "StableHLO emitter: output ", o, " not in the graph");
+    live[static_cast<size_t>(o)] = 1;
+  }
+  for (int32_t i = g.size() - 1; i >= 0; --i)
+    if (live[static_cast<size_t>(i)])
+      for (int32_t op : g.node(i).operands) live[static_cast<size_t>(op)] = 1;
+
+  // Arguments: bindings >= 0 in increasing order, then the RNG seed and offset.
+  std::map<int64_t, const ir::Node*> bindings;
+  bool rng = false;
+  for (int32_t i = 0; i < g.size(); ++i) {
+    const ir::Node& n = g.node(i);
+    if (n.kind != OpKind::kParameter) continue;
+    const int64_t binding = n.iattrs.at(0);
+    if (binding < 0) {
+      rng = true;
+      continue;
+    }
+    auto [it, fresh] = bindings.emplace(binding, &n);
+    TPU_CHECK_VALUE(fresh || (it->second->dtype == n.dtype && it->second->shape == n.shape),
+                    "StableHLO emitter: parameter binding ", binding, " used with two types");
+  }
+  std::map<int64_t, std::string> arg_of;
+  std::vector<TType> arg_types;
+  for (const auto& [binding, node] : bindings) {
+    arg_of[binding] = "%arg" + std::to_string(arg_types.size());
+    arg_types.push_back({elem_of(node->dtype), node->shape});
+  }
+  if (rng) {
+    arg_of[ir::kRngSeedBinding] = "%arg" + std::to_string(arg_types.size());
+    arg_types.push_back({"i64", {}});
+    arg_of[ir::kRngOffsetBinding] = "%arg" + std::to_string(arg_types.size());
+    arg_types.push_back({"i64", {}});
+  }
+
+  std::string body;
+  int counter = 0;
+  Body b(&body, &counter, 4);
+  std::vector<Val> vals(static_cast<size_t>(g.size()));
+  for (int32_t i = 0; i < g.size(); ++i) {
+    if (!live[static_cast<size_t>(i)]) continue;
+    const ir::Node& n = g.node(i);
+    TType type{elem_of(n.dtype), n.shape};
+    if (n.kind == OpKind::kParameter) {
+      vals[static_cast<size_t>(i)] = {arg_of.at(n.iattrs.at(0)), type};
+      continue;
+    }
+    if (n.numel() == 0) {  // nothing to compute: an empty constant
+      vals[static_cast<size_t>(i)] = zero_like(b, type.elem, n.shape);
+      continue;
+    }
+    std::vector<Val> in;
+    for (int32_t op : n.operands) in.push_back(vals[static_cast<size_t>(op)]);
+    Val v = emit_node(b, n, in);
+    TPU_CHECK(v.type.elem == type.elem && v.type.shape == n.shape, "StableHLO emitter: ", ir::op_name(n.kind),
+              " produced ", v.type.str(), ", expected ", type.str());
+    vals[static_cast<size_t>(i)] = v;
+  }
+
+  std::string text = "module @" + options.module_name + " {\n  func.func public @main(";
+  for (size_t i = 0; i < arg_types.size(); ++i)
+    text += (i ? ", " : "") + std::string("%arg") + std::to_string(i) + ": " + arg_types[i].str();
+  text += ") -> (";
+  std::string refs, types;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Val& v = vals[static_cast<size_t>(outputs[i])];
+    refs += (i ? ", " : "") + v.ref;
+    types += (i ? ", " : "") + v.type.str();
+  }
+  text += types + ") {\n" + body;
+  text += outputs.empty() ? "    return\n" : "    return " + refs + " : " + types + "\n";
+  return text + "  }\n}\n";
+}
+
+}  // namespace torch_tpu::stablehlo

@@ -1,0 +1,45 @@
+// IR -> StableHLO: the text a PJRT plugin (or JAX's CPU backend, the test oracle) compiles.
+//
+// Design: the IR is StableHLO-shaped, so translation is node by node with no analysis: each live
+// node becomes one or a few StableHLO (or CHLO) operations in the body of `func.func @main`.
+// The output is MLIR text in the *generic* operation syntax ("stablehlo.add"(%a, %b) : (...) ->
+// ...), which every StableHLO version's parser accepts and which needs no per-op printer.
+//
+// Function signature:
+//   * arguments: one per distinct parameter binding >= 0, in increasing binding order (the k-th
+//     argument is the k-th smallest binding; lowerings number bindings 0..n-1, so normally
+//     argument k is binding k). Scalar bindings are 0-d tensors of the parameter's dtype. If the
+//     graph uses random numbers, two 0-d i64 arguments follow: the RNG seed (binding -1) and the
+//     RNG offset (binding -2), always both and in that order.
+//   * results: the values `outputs` names, in that order (repeats allowed).
+//
+// Semantics are docs/ir.md's exactly; docs/stablehlo.md lists how each op maps and where the
+// translation is more than a rename (convert, trunc, argmax, sort, gather/scatter, scan, rng,
+// half-precision accumulation). Values with zero elements are emitted as empty constants, so no
+// StableHLO op ever sees a degenerate window or an empty Philox stream. Where an op/dtype pair
+// has no faithful translation, emission throws c10::NotImplementedError naming both: nothing is
+// emitted that would compute something else.
+//
+// Elementwise ops that StableHLO lacks but CHLO has (asin, sinh, erf, erf_inv, lgamma, digamma,
+// ...) are emitted as chlo ops: JAX emits the same ops, and XLA-based PJRT plugins legalize them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace torch_tpu::stablehlo {
+
+struct EmitOptions {
+  std::string module_name = "torch_tpu";  // the MLIR module's symbol (@name); [A-Za-z0-9_] only
+  bool verify = true;                     // run ir::verify() first (throws ir::VerifyError)
+};
+
+// The MLIR text module computing `outputs` of `graph`. Throws c10::NotImplementedError for an op
+// or dtype without a faithful translation, c10::ValueError for bad outputs or parameters.
+std::string emit_stablehlo(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                           const EmitOptions& options = {});
+
+}  // namespace torch_tpu::stablehlo
