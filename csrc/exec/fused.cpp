@@ -474,6 +474,8 @@ std::shared_ptr<FusedProgram> compose(const Pending& p, const std::vector<uint8_
     return upd;
   };
   fp->store_node.assign(p.stores.size(), -1);
+  std::vector<int32_t> store_pos(p.stores.size());  // the op position where each store happens
+  for (size_t s = 0; s < p.stores.size(); ++s) store_pos[s] = p.stores[s].op;
   for (size_t k = 0; k < p.ops.size(); ++k) {
     current_op = static_cast<int32_t>(k);
     const PendingOp& op = p.ops[k];
@@ -521,16 +523,37 @@ std::shared_ptr<FusedProgram> compose(const Pending& p, const std::vector<uint8_
       }
       rm[static_cast<size_t>(i)] = cur;
     }
-    // Stores of this op happen at its position: a stored value computed by an earlier op (or a
-    // parameter, bound at program start) is materialized here by an identity convert.
+    // A store of a value computed by an earlier op (or of a parameter, written when the run
+    // starts) happens when that value is computed. That is only correct when no op in between
+    // touches the destination's memory; otherwise an identity convert placed here writes it at
+    // this op's position.
     for (size_t j = 0; j < op.program->outputs.size(); ++j) {
       const size_t s = static_cast<size_t>(op.store_begin) + j;
       if (!live[s]) continue;
       int32_t node = rm[static_cast<size_t>(op.program->outputs[j].node)];
-      if (fp->node_op[static_cast<size_t>(node)] != current_op || g.node(node).kind == ir::OpKind::kParameter) {
-        ir::Node c = view_node(ir::OpKind::kConvert, g.node(node).dtype, g.node(node).shape, {});
-        c.operands = {node};
-        node = add(std::move(c));
+      const bool param = g.node(node).kind == ir::OpKind::kParameter;
+      const int32_t at = param ? 0 : fp->node_op[static_cast<size_t>(node)];
+      if (at != current_op || param) {
+        const c10::StorageImpl* target = p.stores[s].storage._unsafe_get_target();
+        auto touched = [&](int32_t lo, int32_t hi) {  // loads in ops [lo, hi], other stores in [lo, hi)
+          for (const Slot& slot : p.slots) {
+            if (slot.storage == target && slot.op >= lo && slot.op <= hi) return true;
+          }
+          for (size_t t = 0; t < p.stores.size(); ++t) {
+            if (t != s && live[t] && p.stores[t].storage._unsafe_get_target() == target && p.stores[t].op >= lo &&
+                p.stores[t].op < hi) {
+              return true;
+            }
+          }
+          return false;
+        };
+        if (touched(at, current_op)) {
+          ir::Node c = view_node(ir::OpKind::kConvert, g.node(node).dtype, g.node(node).shape, {});
+          c.operands = {node};
+          node = add(std::move(c));
+        } else {
+          store_pos[s] = param ? -1 : at;
+        }
       }
       fp->store_node[s] = node;
     }
@@ -559,7 +582,7 @@ std::shared_ptr<FusedProgram> compose(const Pending& p, const std::vector<uint8_
     if (slot.storage == nullptr || last_use_op[j] < 0) continue;
     for (size_t s = 0; s < p.stores.size(); ++s) {
       if (!live[s] || p.stores[s].op <= slot.op || p.stores[s].storage._unsafe_get_target() != slot.storage) continue;
-      if (p.stores[s].op <= last_use_op[j]) fp->snapshot[j] = 1;
+      if (store_pos[s] <= last_use_op[j]) fp->snapshot[j] = 1;
       break;
     }
   }
