@@ -149,6 +149,8 @@ struct FusedCache {
   }
 };
 
+constexpr uint64_t kMissesBeforeWarning = 64;
+
 std::mutex g_mu;  // guards everything below
 std::map<c10::DeviceIndex, Pending> g_pending;
 FusedCache g_cache;
@@ -651,9 +653,18 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
     }
   }
   std::shared_ptr<FusedProgram> fp = g_cache.find(p.key, p.hash);
+  static uint64_t consecutive_misses = 0;
   if (fp) {
     g_stats.graph_cache_hits++;
+    consecutive_misses = 0;
   } else {
+    if (++consecutive_misses == kMissesBeforeWarning) {
+      TORCH_WARN_ONCE("torch_tpu (fused mode): the last ", kMissesBeforeWarning,
+                      " flushes each compiled a new graph. Graphs repeat (and hit the cache) when a loop "
+                      "records the same ops between host reads; shapes that change every iteration, or "
+                      "flushes at varying points (size cap, view reads), prevent that. "
+                      "TORCH_TPU_DEBUG_FUSION=1 prints each flush and its cause.");
+    }
     auto start = std::chrono::steady_clock::now();
     fp = compose(p, live);
     g_stats.compile_ns += static_cast<uint64_t>(

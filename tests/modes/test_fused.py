@@ -291,3 +291,18 @@ def test_writes_through_views_stay_in_the_graph():
     torch.testing.assert_close(total.cpu(), ref.sum(dim=1) + ref.t()[2])
     torch.testing.assert_close(cache.cpu(), ref)
     assert "view_read" not in fused()["flushes_by_cause"]
+
+
+def test_graphs_that_never_repeat_warn_once():
+    code = textwrap.dedent("""
+        import warnings, torch, torch_tpu
+        torch_tpu.set_mode("fused")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for n in range(1, 80):  # a new shape every iteration: every flush compiles
+                (torch.ones(n, device="tpu") * 2).sum().item()
+        msgs = [str(w.message) for w in caught if "compiled a new graph" in str(w.message)]
+        assert len(msgs) == 1, msgs
+        assert torch_tpu.metrics()["fused"]["graphs_compiled"] == 79
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
