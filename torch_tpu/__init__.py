@@ -16,6 +16,7 @@ from ._backend import register as _register
 
 _register()
 
+from . import compile  # noqa: E402  (registers torch.compile(backend="tpu"); Dynamo stays unimported)
 from .config import env_vars  # noqa: E402
 from .modes import get_mode, mode, set_mode  # noqa: E402
 from .runtime_info import (  # noqa: E402
@@ -40,4 +41,4 @@ __version__ = "0.1.0"
 
 
 __all__ = ["get_mode", "set_mode", "mode", "metrics", "reset_metrics", "set_fallback", "fallback_enabled",
-           "sync", "env_vars", "set_debug_fusion", "cache_stats"]
+           "sync", "env_vars", "set_debug_fusion", "cache_stats", "compile"]

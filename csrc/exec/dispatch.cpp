@@ -19,6 +19,7 @@
 #include "device/stream.h"
 #include "exec/call.h"
 #include "exec/fused.h"
+#include "exec/launch.h"
 #include "exec/disk_tier.h"
 #include "exec/metrics.h"
 #include "exec/mode.h"
@@ -318,29 +319,9 @@ void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& n
   }
 }
 
-at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceIndex device) {
-  auto& alloc = device::DeviceAllocator::get();
-  int64_t n = 1;
-  for (auto s : spec.shape) n *= s;
-  size_t bytes = static_cast<size_t>(n) * c10::elementSize(spec.dtype);
-  auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), bytes,
-                                                       alloc.allocate_on(device, bytes), &alloc, /*resizable=*/true);
-  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                    c10::scalarTypeToTypeMeta(spec.dtype));
-  t.unsafeGetTensorImpl()->set_sizes_contiguous(spec.shape);
-  return t;
-}
-
 void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info, CallState& st, size_t nargs,
              torch::jit::Stack* stack) {
-  runtime::RngState rng;
-  if (prog->rng_counters > 0) {
-    at::Generator gen = st.generator.has_value() && st.generator->defined()
-                            ? *st.generator
-                            : device::default_generator(st.device.index());
-    auto [seed, offset] = gen.get<device::TpuGenerator>()->reserve(prog->rng_counters);
-    rng = runtime::RngState{seed, offset};
-  }
+  runtime::RngState rng = reserve_rng(*prog, st.generator, st.device.index());
   std::vector<at::Tensor> news;
   news.reserve(prog->new_tensors.size());
   for (const auto& spec : prog->new_tensors) news.push_back(new_device_tensor(spec, st.device.index()));
@@ -371,27 +352,7 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
       outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(news[static_cast<size_t>(o.new_index)])});
     }
   }
-  metrics().programs_executed++;
-  c10::Stream stream = device::current_stream(st.device.index());
-  const bool debug = mode() == Mode::Debug;
-  if (debug) device::synchronize_stream(stream);
-  if (debug || (prog->run_inline_when_idle && device::query_stream(stream))) {
-    // On the calling thread: nothing is queued ahead of it, so the order is the queue's, and
-    // the caller's references keep every tensor alive for the duration.
-    prog->executable->run(st.bindings, outputs, rng);
-  } else {
-    auto work = std::make_unique<ProgramWork>();
-    work->program = prog;
-    work->rng = rng;
-    work->outputs = std::move(outputs);
-    work->inputs = std::move(st.bindings);
-    work->keep_alive.reserve(st.tensors.size() + news.size());
-    for (const auto& t : st.tensors) {
-      if (t.defined()) work->keep_alive.push_back(t);
-    }
-    for (const auto& t : news) work->keep_alive.push_back(t);
-    device::enqueue(stream, std::move(work));
-  }
+  launch_program(prog, st.bindings, std::move(outputs), st.tensors, news, rng, st.device.index());
   torch::jit::drop(*stack, nargs);
   for (const auto& r : prog->returns) push_return(r, news, st, stack);
 }
@@ -421,6 +382,53 @@ runtime::Binding tensor_binding(const at::Tensor& t) {
 }
 
 void set_compile_hook(CompileHook hook) { g_compile_hook = hook; }
+
+runtime::RngState reserve_rng(const compiler::Program& prog, const std::optional<at::Generator>& gen,
+                              c10::DeviceIndex device) {
+  if (prog.rng_counters == 0) return {};
+  at::Generator g = gen.has_value() && gen->defined() ? *gen : device::default_generator(device);
+  auto [seed, offset] = g.get<device::TpuGenerator>()->reserve(prog.rng_counters);
+  return runtime::RngState{seed, offset};
+}
+
+at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceIndex device) {
+  auto& alloc = device::DeviceAllocator::get();
+  int64_t n = 1;
+  for (auto s : spec.shape) n *= s;
+  size_t bytes = static_cast<size_t>(n) * c10::elementSize(spec.dtype);
+  auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), bytes,
+                                                       alloc.allocate_on(device, bytes), &alloc, /*resizable=*/true);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                    c10::scalarTypeToTypeMeta(spec.dtype));
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(spec.shape);
+  return t;
+}
+
+void launch_program(const std::shared_ptr<compiler::Program>& prog, std::vector<runtime::Binding>& inputs,
+                    std::vector<runtime::OutputTarget>&& outputs, const std::vector<at::Tensor>& keep,
+                    const std::vector<at::Tensor>& news, runtime::RngState rng, c10::DeviceIndex device) {
+  metrics().programs_executed++;
+  c10::Stream stream = device::current_stream(device);
+  const bool debug = mode() == Mode::Debug;
+  if (debug) device::synchronize_stream(stream);
+  if (debug || (prog->run_inline_when_idle && device::query_stream(stream))) {
+    // On the calling thread: nothing is queued ahead of it, so the order is the queue's, and
+    // the caller's references keep every tensor alive for the duration.
+    prog->executable->run(inputs, outputs, rng);
+  } else {
+    auto work = std::make_unique<ProgramWork>();
+    work->program = prog;
+    work->rng = rng;
+    work->outputs = std::move(outputs);
+    work->inputs = std::move(inputs);
+    work->keep_alive.reserve(keep.size() + news.size());
+    for (const auto& t : keep) {
+      if (t.defined()) work->keep_alive.push_back(t);
+    }
+    for (const auto& t : news) work->keep_alive.push_back(t);
+    device::enqueue(stream, std::move(work));
+  }
+}
 
 void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);

@@ -10,4 +10,5 @@ void init_exec_bindings(pybind11::module_& m);       // exec_bindings.cpp: modes
 void init_fused_bindings(pybind11::module_& m);      // fused_bindings.cpp: flushing, fusion diagnostics
 void init_cache_bindings(pybind11::module_& m);      // cache_bindings.cpp: the program cache's disk tier
 void init_stablehlo_bindings(pybind11::module_& m);  // stablehlo_bindings.cpp: IR -> StableHLO text
+void init_compile_bindings(pybind11::module_& m);    // compile_bindings.cpp: FX graphs compiled as one program
 }  // namespace torch_tpu::python

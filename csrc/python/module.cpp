@@ -12,4 +12,5 @@ PYBIND11_MODULE(_C, m) {
   torch_tpu::python::init_fused_bindings(m);
   torch_tpu::python::init_cache_bindings(m);
   torch_tpu::python::init_stablehlo_bindings(m);
+  torch_tpu::python::init_compile_bindings(m);
 }

@@ -1,0 +1,210 @@
+// torch.compile support: a whole FX graph, lowered by torch_tpu/compile/lower_graph.py into one
+// IR graph, becomes one compiled Program that runs on tpu tensors with strict semantics.
+//
+// Design: lowering (Python) happens once per graph specialization; the object returned here
+// holds the compiled Program and a plan mapping the graph's inputs to bindings and its outputs
+// to tensors, so a repeated call (CompiledGraph.run) is C++ only: bindings, new tensors,
+// random-number counters and one launch through exec/launch.h, the same steps as the per-op
+// path's execute().
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "device/device.h"
+#include "device/stream.h"
+#include "exec/call.h"
+#include "exec/launch.h"
+#include "exec/mode.h"
+#include "python/bindings.h"
+#include "python/ir_convert.h"
+
+namespace py = pybind11;
+
+namespace torch_tpu::python {
+namespace {
+
+// One result of the FX graph: a new tensor of the program, an input passed through, or a
+// Python constant (None, an int) the graph returns as is.
+struct GraphReturn {
+  enum class Kind : uint8_t { New, Input, Constant } kind = Kind::New;
+  int32_t index = 0;
+  py::object constant;
+};
+
+class CompiledGraph {
+ public:
+  CompiledGraph(const py::list& nodes, const py::list& outputs, const py::list& returns, uint64_t rng_counters,
+                int32_t num_inputs)
+      : prog_(std::make_shared<compiler::Program>()), num_inputs_(num_inputs), snapshot_(num_inputs, 0) {
+    prog_->graph = graph_from_python(nodes);
+    std::vector<int32_t> output_nodes;
+    int32_t new_count = 0;
+    for (const auto& o : outputs) {
+      auto t = o.cast<py::tuple>();
+      compiler::OutputSpec spec;
+      spec.node = t[0].cast<int32_t>();
+      spec.target = t[1].cast<int32_t>();
+      TPU_CHECK_VALUE(spec.node >= 0 && spec.node < prog_->graph.size(), "compiled graph: output node ", spec.node,
+                      " out of range");
+      if (spec.target < 0) {
+        spec.new_index = new_count++;
+        const auto& node = prog_->graph.node(spec.node);
+        prog_->new_tensors.push_back({static_cast<c10::ScalarType>(node.dtype), node.shape});
+      } else {
+        TPU_CHECK_VALUE(spec.target < num_inputs, "compiled graph: mutated input ", spec.target, " out of range");
+        // The program writes this input while other nodes may still read it: bind a copy.
+        snapshot_[static_cast<size_t>(spec.target)] = 1;
+      }
+      prog_->outputs.push_back(spec);
+      output_nodes.push_back(spec.node);
+    }
+    for (const auto& r : returns) {
+      auto t = r.cast<py::tuple>();
+      auto kind = t[0].cast<std::string>();
+      GraphReturn g;
+      if (kind == "n") {
+        g.kind = GraphReturn::Kind::New;
+        g.index = t[1].cast<int32_t>();
+        TPU_CHECK_VALUE(g.index >= 0 && g.index < new_count, "compiled graph: return of new tensor ", g.index,
+                        " out of range");
+      } else if (kind == "i") {
+        g.kind = GraphReturn::Kind::Input;
+        g.index = t[1].cast<int32_t>();
+        TPU_CHECK_VALUE(g.index >= 0 && g.index < num_inputs, "compiled graph: returned input ", g.index,
+                        " out of range");
+      } else {
+        g.kind = GraphReturn::Kind::Constant;
+        g.constant = py::reinterpret_borrow<py::object>(t[1]);
+      }
+      returns_.push_back(std::move(g));
+    }
+    prog_->rng_counters = rng_counters;
+    py::gil_scoped_release no_gil;
+    exec::finish_program(*prog_, output_nodes);
+  }
+
+  // Runs the program on `inputs` (tpu tensors, CPU 0-d tensors and Python numbers, in the
+  // graph's placeholder order) and returns the graph's results.
+  py::list run(const py::list& inputs) {
+    TPU_CHECK_VALUE(static_cast<int32_t>(inputs.size()) == num_inputs_, "compiled graph takes ", num_inputs_,
+                    " inputs, got ", inputs.size());
+    std::vector<runtime::Binding> bindings;
+    std::vector<at::Tensor> tensors;
+    bindings.reserve(inputs.size());
+    tensors.reserve(inputs.size());
+    bool device_known = false;
+    c10::DeviceIndex device = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      py::handle h = inputs[i];
+      runtime::Binding b;
+      at::Tensor t;
+      if (THPVariable_Check(h.ptr())) {
+        t = THPVariable_Unpack(h.ptr());
+        if (t.device().type() == c10::DeviceType::PrivateUse1) {
+          if (!device_known) {
+            device = t.device().index();
+            device_known = true;
+          }
+          TPU_CHECK(t.device().index() == device, "compiled graph: inputs on tpu:", static_cast<int>(device),
+                    " and tpu:", static_cast<int>(t.device().index()));
+          b = exec::tensor_binding(t);
+          b.snapshot = snapshot_[i] != 0;
+        } else {
+          TPU_CHECK(t.dim() == 0 && t.device().is_cpu(), "compiled graph: input ", i, " is on ", t.device().str(),
+                    "; expected a tpu tensor");
+          b = scalar_binding(t.item(), t.scalar_type());
+          t = at::Tensor();
+        }
+      } else if (py::isinstance<py::bool_>(h)) {
+        b = scalar_binding(c10::Scalar(h.cast<bool>()), c10::kBool);
+      } else if (py::isinstance<py::int_>(h)) {
+        b = scalar_binding(c10::Scalar(h.cast<int64_t>()), c10::kLong);
+      } else if (py::isinstance<py::float_>(h)) {
+        b = scalar_binding(c10::Scalar(h.cast<double>()), c10::kDouble);
+      } else {
+        TPU_CHECK_TYPE(h.is_none(), "compiled graph: unsupported input ", i, " of type ",
+                       std::string(py::str(py::type::handle_of(h))));
+        b.kind = runtime::Binding::Kind::Scalar;
+      }
+      bindings.push_back(std::move(b));
+      tensors.push_back(std::move(t));
+    }
+    if (!device_known) device = device::current();
+    std::vector<at::Tensor> news;
+    {
+      py::gil_scoped_release no_gil;
+      // Pending fused work may write what the graph reads: it runs first.
+      if (exec::mode() == exec::Mode::Fused) device::flush_pending(device, device::FlushCause::kStreamEvent);
+      runtime::RngState rng = exec::reserve_rng(*prog_, std::nullopt, device);
+      news.reserve(prog_->new_tensors.size());
+      for (const auto& spec : prog_->new_tensors) news.push_back(exec::new_device_tensor(spec, device));
+      std::vector<runtime::OutputTarget> outputs;
+      outputs.reserve(prog_->outputs.size());
+      for (const auto& o : prog_->outputs) {
+        if (o.target >= 0) {
+          const at::Tensor& t = tensors[static_cast<size_t>(o.target)];
+          TPU_CHECK(t.defined() && t.sizes().equals(prog_->graph.node(o.node).shape),
+                    "compiled graph: mutated input ", o.target, " changed shape");
+          outputs.push_back(runtime::OutputTarget{o.node, exec::tensor_binding(t)});
+        } else {
+          const at::Tensor& t = news[static_cast<size_t>(o.new_index)];
+          outputs.push_back(runtime::OutputTarget{o.node, exec::tensor_binding(t)});
+        }
+      }
+      exec::launch_program(prog_, bindings, std::move(outputs), tensors, news, rng, device);
+    }
+    ++calls_;
+    py::list out;
+    for (const auto& r : returns_) {
+      switch (r.kind) {
+        case GraphReturn::Kind::New: out.append(py::cast(news[static_cast<size_t>(r.index)])); break;
+        case GraphReturn::Kind::Input: out.append(inputs[static_cast<size_t>(r.index)]); break;
+        case GraphReturn::Kind::Constant: out.append(r.constant); break;
+      }
+    }
+    return out;
+  }
+
+  uint64_t calls() const { return calls_; }
+  int32_t num_nodes() const { return prog_->graph.size(); }
+  std::string describe() const { return prog_->executable->describe(); }
+
+ private:
+  static runtime::Binding scalar_binding(const c10::Scalar& s, c10::ScalarType dtype) {
+    runtime::Binding b;
+    b.kind = runtime::Binding::Kind::Scalar;
+    b.dtype = dtype;
+    TPU_CHECK_TYPE(!c10::isComplexType(dtype), "complex inputs are not supported by compiled graphs");
+    if (c10::isFloatingType(dtype)) {
+      b.d = s.toDouble();
+    } else {
+      b.i = s.toLong();
+    }
+    return b;
+  }
+
+  std::shared_ptr<compiler::Program> prog_;
+  int32_t num_inputs_;
+  std::vector<uint8_t> snapshot_;  // per input: bind a copy (the program also writes it)
+  std::vector<GraphReturn> returns_;
+  uint64_t calls_ = 0;
+};
+
+}  // namespace
+
+void init_compile_bindings(py::module_& m) {
+  py::class_<CompiledGraph>(m, "_CompiledGraph",
+                            "One FX graph compiled as one program (torch.compile(backend='tpu')).")
+      .def(py::init<const py::list&, const py::list&, const py::list&, uint64_t, int32_t>(), py::arg("nodes"),
+           py::arg("outputs"), py::arg("returns"), py::arg("rng_counters"), py::arg("num_inputs"))
+      .def("run", &CompiledGraph::run, py::arg("inputs"))
+      .def_property_readonly("calls", &CompiledGraph::calls)
+      .def_property_readonly("num_nodes", &CompiledGraph::num_nodes)
+      .def("describe", &CompiledGraph::describe);
+}
+
+}  // namespace torch_tpu::python

@@ -1,0 +1,230 @@
+"""torch.compile(backend="tpu"): whole FX graphs (AOTAutograd forward/backward) as one program.
+
+Every compiled result is compared with the same computation in eager strict mode, which runs
+the same lowerings op by op; the host runtime's fused clusters match per-op ATen rounding, so
+tolerances are tight. Models are small: Dynamo and AOTAutograd tracing dominate the run time.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+from torch.nn import functional as F
+
+import torch_tpu
+from torch_tpu.compile import stats
+from torch_tpu.models import MLP, SmallCNN, TinyGPT
+
+DEV = "tpu"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> None:
+    torch.testing.assert_close(a.cpu(), b.cpu(), rtol=tol, atol=tol)
+
+
+def test_backend_is_registered():
+    assert torch._dynamo.lookup_backend("tpu") is not None
+
+
+def test_mlp_inference_is_one_program_and_not_lowered_again():
+    torch.manual_seed(0)
+    model = MLP().to(DEV).eval()
+    x = torch.randn(8, 32).to(DEV)
+    compiled = torch.compile(model, backend="tpu", fullgraph=True)
+    before = stats()
+    with torch.no_grad():
+        want = model(x)
+        got = compiled(x)
+        lowered = stats()["graphs_compiled"]
+        got2 = compiled(x)
+    after = stats()
+    assert after["graphs_compiled"] == before["graphs_compiled"] + 1
+    assert after["graphs_compiled"] == lowered  # the second call ran the compiled program only
+    assert after["fallbacks"] == before["fallbacks"]
+    _close(got, want)
+    _close(got2, want)
+
+
+def test_tinygpt_inference_matches_eager():
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=64, dim=32, heads=4, layers=2, ctx=16).to(DEV).eval()
+    idx = torch.randint(0, 64, (2, 16)).to(DEV)
+    compiled = torch.compile(model, backend="tpu", fullgraph=True)
+    before = stats()["fallbacks"]
+    with torch.no_grad():
+        want, _ = model(idx)
+        got, _ = compiled(idx)
+    assert stats()["fallbacks"] == before
+    _close(got, want, 2e-5)
+
+
+def _train(model: nn.Module, batches, compiled: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
+    fwd = torch.compile(model, backend="tpu") if compiled else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01, eps=1e-6)
+    losses = []
+    for x, y in batches:
+        loss = fwd(x, y)[1] if isinstance(model, TinyGPT) else F.cross_entropy(fwd(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def test_tinygpt_training_matches_eager():
+    torch.manual_seed(0)
+    base = TinyGPT(vocab=64, dim=32, heads=4, layers=1, ctx=16)
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 64, (2, 16), generator=g).to(DEV), torch.randint(0, 64, (2, 16), generator=g).to(DEV))
+               for _ in range(3)]
+    before = stats()
+    eager_losses, eager_params = _train(copy.deepcopy(base).to(DEV), batches, compiled=False)
+    comp_losses, comp_params = _train(copy.deepcopy(base).to(DEV), batches, compiled=True)
+    after = stats()
+    assert after["fallbacks"] == before["fallbacks"]
+    assert after["graphs_compiled"] >= before["graphs_compiled"] + 2  # forward and backward
+    torch.testing.assert_close(comp_losses, eager_losses, rtol=1e-5, atol=1e-5)
+    for k in eager_params:
+        _close(comp_params[k], eager_params[k], 1e-4)
+
+
+def test_cnn_batchnorm_training_matches_eager():
+    """Batch norm's running statistics are input mutations AOTAutograd applies after the graph."""
+    torch.manual_seed(0)
+    base = SmallCNN()
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(4, 1, 16, 16, generator=g).to(DEV), torch.randint(0, 10, (4,), generator=g).to(DEV))
+               for _ in range(2)]
+    before = stats()["fallbacks"]
+    eager_losses, eager_params = _train(copy.deepcopy(base).to(DEV), batches, compiled=False)
+    comp_losses, comp_params = _train(copy.deepcopy(base).to(DEV), batches, compiled=True)
+    assert stats()["fallbacks"] == before
+    torch.testing.assert_close(comp_losses, eager_losses, rtol=1e-5, atol=1e-5)
+    for k in eager_params:  # includes running_mean / running_var / num_batches_tracked
+        _close(comp_params[k], eager_params[k], 1e-4)
+
+
+def test_graph_break_gives_correct_results():
+    def f(x):
+        y = torch.relu(x) * 2
+        torch._dynamo.graph_break()
+        return y.sum(dim=0) + 1
+
+    x = torch.randn(4, 5).to(DEV)
+    breaks = stats()["graph_breaks"]
+    got = torch.compile(f, backend="tpu")(x)
+    _close(got, f(x))
+    assert stats()["graph_breaks"] > breaks
+
+
+def test_new_shape_recompiles():
+    def f(x):
+        return torch.tanh(x) @ x.t()
+
+    compiled = torch.compile(f, backend="tpu", dynamic=False)
+    for n in (3, 5):
+        x = torch.randn(n, 4).to(DEV)
+        before = stats()["graphs_compiled"]
+        _close(compiled(x), f(x))
+        assert stats()["graphs_compiled"] == before + 1
+
+
+def test_symbolic_shapes_are_specialized_per_signature():
+    def f(x):
+        return (x * x).sum(-1)
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    before = stats()["specializations"]
+    for n in (3, 6, 3):
+        x = torch.randn(n, 4).to(DEV)
+        _close(compiled(x), f(x))
+    assert stats()["specializations"] == before + 2  # n=3 reuses its program
+
+
+def test_input_mutation_keeps_eager_semantics():
+    def f(x, buf):
+        buf.add_(1)
+        return x * buf
+
+    x = torch.randn(6).to(DEV)
+    buf_c, buf_e = torch.zeros(6).to(DEV), torch.zeros(6).to(DEV)
+    compiled = torch.compile(f, backend="tpu", fullgraph=True)
+    for _ in range(2):
+        _close(compiled(x, buf_c), f(x, buf_e))
+    _close(buf_c, buf_e)
+
+
+@torch.library.custom_op("tpu_compile_test::twice_plus", mutates_args=())
+def twice_plus(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x * 2 + y
+
+
+@twice_plus.register_fake
+def _(x, y):
+    return torch.empty_like(x)
+
+
+def test_unlowerable_op_falls_back_to_eager_with_one_warning():
+    def f(x):
+        return twice_plus(torch.sin(x), x)
+
+    x = torch.randn(5).to(DEV)
+    before = stats()["fallbacks"]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = torch.compile(f, backend="tpu")(x)
+    _close(got, torch.sin(x) * 2 + x)
+    assert stats()["fallbacks"] == before + 1
+    assert any("tpu_compile_test::twice_plus" in str(m.message) for m in w)
+
+
+def test_dropout_draws_from_the_device_generator():
+    def f(x):
+        return F.dropout(x, p=0.5, training=True)
+
+    compiled = torch.compile(f, backend="tpu", fullgraph=True)
+    x = torch.ones(4096).to(DEV)
+    a, b = compiled(x).cpu(), compiled(x).cpu()
+    assert set(a.unique().tolist()) <= {0.0, 2.0}
+    assert 0.4 < (a == 0).float().mean().item() < 0.6
+    assert not torch.equal(a, b)  # the generator advanced
+
+
+def test_autocast_under_compile():
+    torch.manual_seed(0)
+    model = MLP().to(DEV).eval()
+    x = torch.randn(8, 32).to(DEV)
+    compiled = torch.compile(model, backend="tpu")
+    before = stats()
+    with torch.no_grad(), torch.autocast(DEV, dtype=torch.bfloat16):
+        want = model(x)
+        got = compiled(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    assert stats()["fallbacks"] == before["fallbacks"]
+    assert stats()["graphs_compiled"] == before["graphs_compiled"] + 1
+    _close(got.float(), want.float(), 1e-2)
+
+
+def test_fused_mode_pending_work_runs_before_the_compiled_graph():
+    def f(x):
+        return torch.exp(x).sum(0)
+
+    compiled = torch.compile(f, backend="tpu", fullgraph=True)
+    x = torch.randn(3, 4).to(DEV)
+    want = f(x * 2 + 1)
+    with torch_tpu.mode("fused"):
+        y = x * 2 + 1  # deferred: the compiled program reads it
+        got = compiled(y)
+    _close(got, want)

@@ -1,0 +1,236 @@
+"""Whole-graph lowering: an ATen-level FX graph -> one IR graph (GraphBuilder wire format).
+
+Every ``call_function`` node goes through the same lowering table as the eager modes
+(``apply_lowering``), so ``torch.compile`` sees exactly the IR strict mode would run op by
+op, but as one program: the host runtime's fusion then sees the whole forward (or backward).
+
+Mapping: placeholder i -> program parameter with binding i (tensors; Python floats become
+0-d float64 runtime parameters; ints are specialized); node args -> ``Value``s;
+``operator.getitem`` picks from multi-result ops; mutating ops (the ``copy_`` epilogues
+AOTAutograd emits for mutated inputs) write their new value into the input's memory; the
+output node lists what the program returns. Random ops draw from the builder's Philox
+parameters, which the runtime binds to the device generator at each run.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+from ..ir.builder import GraphBuilder, Value
+from ..lowering.apply import apply_lowering, normalize_args
+
+aten = torch.ops.aten
+
+
+class Unsupported(Exception):
+    """The graph cannot be lowered as a whole; ``op`` names the node's target."""
+
+    def __init__(self, op: str, reason: str) -> None:
+        super().__init__(f"{op}: {reason}")
+        self.op = op
+        self.reason = reason
+
+
+class Symbolic(Exception):
+    """The graph has symbolic shapes: it must be specialized on concrete inputs."""
+
+
+# Ops that only restate a value (autograd bookkeeping, runtime assertions).
+_IDENTITY = {aten.detach.default, aten.alias.default, aten.lift_fresh_copy.default}
+_NO_OPS = {aten._assert_async.default, aten._assert_async.msg, aten._assert_scalar.default,
+           aten._assert_tensor_metadata.default, aten.sym_constrain_range_for_size.default}
+
+
+@dataclass
+class LoweredGraph:
+    """What ``torch_tpu._C._CompiledGraph`` takes: see csrc/python/compile_bindings.cpp."""
+
+    nodes: list[tuple]
+    outputs: list[tuple[int, int]]  # (node id, -1: new tensor | input index it is written into)
+    returns: list[tuple]  # ("n", new k) | ("i", input i) | ("c", constant)
+    rng_counters: int
+    num_inputs: int
+    ops: list[str] = field(default_factory=list)  # distinct op names, for diagnostics
+
+
+def _op_name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target._schema.name}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def _concrete_int(x) -> int:
+    if isinstance(x, torch.SymInt):
+        raise Symbolic()
+    return int(x)
+
+
+def input_kind(x) -> str:
+    """'t' for a tensor, 'f' float, 'i' int / bool, 's' a symbolic int, 'n' None."""
+    if isinstance(x, torch.Tensor):
+        return "t"
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return "s"
+    if isinstance(x, float):
+        return "f"
+    if isinstance(x, (bool, int)):
+        return "i"
+    return "n"
+
+
+def lower_graph(gm: fx.GraphModule, inputs: Sequence) -> LoweredGraph:
+    """Lowers gm for inputs (real or fake tensors and numbers, in placeholder order).
+
+    Raises ``Symbolic`` when an input has a symbolic shape or value (the caller then lowers
+    per concrete input signature) and ``Unsupported`` for a node the table cannot lower.
+    """
+    b = GraphBuilder()
+    env: dict[fx.Node, object] = {}
+    param_input: dict[int, int] = {}  # parameter node id -> input index
+    placeholder_index: dict[fx.Node, int] = {}
+    mutated: dict[int, Value] = {}  # input index -> its new value
+    ops: list[str] = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(inputs):
+        raise Unsupported("graph", f"{len(placeholders)} placeholders for {len(inputs)} inputs")
+
+    for i, (node, x) in enumerate(zip(placeholders, inputs)):
+        placeholder_index[node] = i
+        kind = input_kind(x)
+        if kind == "t":
+            shape = tuple(_concrete_int(s) for s in x.shape)
+            if x.dtype.is_complex:
+                raise Unsupported("graph", f"complex input {node.name}")
+            if x.device.type != "tpu" and not (x.device.type == "cpu" and x.dim() == 0):
+                raise Unsupported("graph", f"input {node.name} is on {x.device}")
+            v = b.parameter(i, x.dtype, shape)
+            param_input[v.id] = i
+            env[node] = v
+        elif kind == "f":
+            v = b.parameter(i, torch.float64, ())
+            v.wrapped = True
+            env[node] = v
+        elif kind == "s":
+            raise Symbolic()
+        else:
+            env[node] = x  # ints are specialized (Dynamo guards on them)
+
+    def val(a):
+        if isinstance(a, fx.Node):
+            return env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(val(x) for x in a)
+        if isinstance(a, dict):
+            return {k: val(x) for k, x in a.items()}
+        return a
+
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            return _finish(b, node, env, param_input, mutated, len(inputs), ops)
+        if node.op != "call_function":
+            raise Unsupported(f"{node.op} {node.target}", "only call_function nodes are lowered")
+        target = node.target
+        name = _op_name(target)
+        if name not in ops:
+            ops.append(name)
+        if target is operator.getitem:
+            seq, idx = val(node.args[0]), node.args[1]
+            env[node] = seq[idx]
+            continue
+        if not isinstance(target, torch._ops.OpOverload):
+            args, kwargs = val(node.args), val(node.kwargs)
+            if any(isinstance(a, Value) for a in (*args, *kwargs.values())):
+                raise Unsupported(name, "a Python function of tensor values")
+            env[node] = target(*args, **kwargs)  # arithmetic on (specialized) sizes
+            continue
+        if target in _NO_OPS:
+            env[node] = None
+            continue
+        if target in _IDENTITY:
+            env[node] = val(node.args[0])
+            continue
+        if target in (aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default):
+            x = val(node.args[0])
+            env[node] = x.shape[node.args[1]] if target is aten.sym_size.int else (
+                x.numel() if target is aten.sym_numel.default else _stride(x.shape)[node.args[1]])
+            continue
+        schema = target._schema
+        full = normalize_args(schema, node.args, node.kwargs)
+        args = [val(a) for a in full]
+        try:
+            returns, mutations = apply_lowering(b, target, args)
+        except NotImplementedError as e:
+            raise Unsupported(name, str(e)) from e
+        for i, nv in mutations:
+            src = full[i]
+            if not isinstance(src, fx.Node) or isinstance(nv, list):
+                raise Unsupported(name, "mutates a tensor list or a non-node argument")
+            env[src] = nv
+            if src in placeholder_index:
+                mutated[placeholder_index[src]] = nv
+
+        def resolve(r):
+            if isinstance(r, tuple) and r and r[0] == "arg":
+                return env[full[r[1]]] if isinstance(full[r[1]], fx.Node) else args[r[1]]
+            return r
+
+        if len(schema.returns) == 0:
+            env[node] = None
+        elif len(schema.returns) == 1:
+            env[node] = resolve(returns[0])
+        else:
+            env[node] = tuple(resolve(r) for r in returns)
+        _check_meta(name, node, env[node])
+    raise Unsupported("graph", "no output node")
+
+
+def _stride(shape: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return out[::-1]
+
+
+def _check_meta(name: str, node: fx.Node, got) -> None:
+    """A lowering whose result disagrees with the traced shape/dtype is not trusted."""
+    want = node.meta.get("val")
+    multi = isinstance(want, (list, tuple)) and isinstance(got, (list, tuple))
+    pairs = list(zip(want, got)) if multi else [(want, got)]
+    for w, g in pairs:
+        if isinstance(w, torch.Tensor) and isinstance(g, Value):
+            shape = tuple(int(s) if not isinstance(s, torch.SymInt) else -1 for s in w.shape)
+            if w.dtype != g.dtype or any(s != -1 and s != t for s, t in zip(shape, g.shape)) or len(shape) != g.rank:
+                raise Unsupported(name, f"lowered to {g.dtype}{list(g.shape)}, traced {w.dtype}{list(w.shape)}")
+
+
+def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int, int], mutated: dict[int, Value],
+            num_inputs: int, ops: list[str]) -> LoweredGraph:
+    outputs: list[tuple[int, int]] = []
+    new_of: dict[int, int] = {}
+    returns: list[tuple] = []
+    results = out_node.args[0]
+    for r in (results if isinstance(results, (list, tuple)) else [results]):
+        v = env[r] if isinstance(r, fx.Node) else r
+        if isinstance(v, Value):
+            if v.id in param_input:
+                returns.append(("i", param_input[v.id]))
+                continue
+            if v.id not in new_of:
+                new_of[v.id] = len(new_of)
+                outputs.append((v.id, -1))
+            returns.append(("n", new_of[v.id]))
+        elif v is None or isinstance(v, (bool, int, float)):
+            returns.append(("c", v))
+        else:
+            raise Unsupported("output", f"returns a {type(v).__name__}")
+    for i, v in mutated.items():
+        outputs.append((v.id, i))
+    return LoweredGraph(b.serialize(), outputs, returns, b.rng_counters, num_inputs, ops)

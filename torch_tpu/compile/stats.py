@@ -1,0 +1,55 @@
+"""Counters of the torch.compile backend, reported by ``torch_tpu.compile.stats()``."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class CompileStats:
+    """What the tpu Dynamo backend did in this process."""
+
+    graphs_seen: int = 0        # FX graphs Dynamo handed to the backend
+    graphs_compiled: int = 0    # forward/backward/inference graphs lowered and compiled as one program
+    graphs_reused: int = 0      # graphs whose program was found in the backend's cache
+    specializations: int = 0    # programs compiled for graphs with symbolic shapes, per concrete signature
+    fallbacks: int = 0          # graphs run with eager ops because a node could not be lowered
+    fallback_ops: dict[str, int] = field(default_factory=dict)  # op -> graphs that fell back because of it
+
+
+_STATS = CompileStats()
+_WARNED: set[str] = set()
+
+
+def counters() -> CompileStats:
+    """The live counters (mutated by the backend)."""
+    return _STATS
+
+
+def record_fallback(op: str, reason: str) -> None:
+    """Counts a graph that runs eagerly; warns once per op."""
+    _STATS.fallbacks += 1
+    _STATS.fallback_ops[op] = _STATS.fallback_ops.get(op, 0) + 1
+    if op not in _WARNED:
+        _WARNED.add(op)
+        warnings.warn(f"torch_tpu.compile: graph runs with eager ops: cannot lower {reason}", stacklevel=2)
+
+
+def stats() -> dict:
+    """The backend's counters plus Dynamo's graph-break count (0 when Dynamo never ran)."""
+    d = asdict(_STATS)
+    d["graph_breaks"] = 0
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        from torch._dynamo.utils import counters as dynamo_counters
+
+        d["graph_breaks"] = sum(dynamo_counters["graph_break"].values())
+    return d
+
+
+def reset_stats() -> None:
+    """Zeroes the counters (Dynamo's own counters are left alone)."""
+    for k, v in asdict(CompileStats()).items():
+        setattr(_STATS, k, v)
