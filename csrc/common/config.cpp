@@ -35,9 +35,10 @@ const std::vector<EnvVar>& registry() {
        "Strict mode runs a program on the calling thread, instead of the stream's worker, when "
        "its stream is idle and its work estimate (elements produced; contractions x64) is at most "
        "this. 0 queues everything."},
-      {"TORCH_TPU_FUSED_MAX_OPS", "4096",
-       "Fused mode flushes a pending graph when it reaches this many recorded ops (bounds graph "
-       "growth in loops that never read a value on the host)."},
+      {"TORCH_TPU_FUSED_MAX_OPS", "64",
+       "Fused mode flushes a pending graph when it reaches this many recorded ops. Bounds graph "
+       "growth in loops that never read a value on the host, and lets the device run one part of "
+       "a step while Python records the next (larger graphs fuse more but overlap less)."},
       {"TORCH_TPU_DEBUG_FUSION", "0",
        "`1` prints every fused graph when it is compiled (ops, clusters) and a line per flush "
        "(cause, ops, stores skipped) to stderr. Python: torch_tpu.set_debug_fusion()."},
