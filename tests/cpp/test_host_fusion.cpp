@@ -8,43 +8,20 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "graph_helpers.h"
 #include "ir/verifier.h"
 #include "runtime/host/executor.h"
 
 namespace torch_tpu::runtime {
 namespace {
 
+using torch_tpu::testing::Program;
+using torch_tpu::testing::tensor_binding;
 using host::HostExecutable;
 using host::HostOptions;
 using ir::DType;
 using ir::Node;
 using ir::OpKind;
-
-struct Program {
-  ir::Graph g;
-  int32_t add(OpKind k, DType t, std::vector<int64_t> shape, std::vector<int32_t> operands = {},
-              std::vector<int64_t> iattrs = {}, std::vector<double> fattrs = {}) {
-    return g.add(Node{k, t, std::move(shape), std::move(operands), std::move(iattrs), std::move(fattrs)});
-  }
-  int32_t param(int64_t binding, DType t, std::vector<int64_t> shape) {
-    return add(OpKind::kParameter, t, std::move(shape), {}, {binding});
-  }
-  int32_t constant(DType t, double v) { return add(OpKind::kConstant, t, {}, {}, {}, {v}); }
-  // A scalar constant broadcast to `shape`.
-  int32_t splat(DType t, double v, const std::vector<int64_t>& shape) {
-    return add(OpKind::kBroadcastInDim, t, shape, {constant(t, v)}, {});
-  }
-};
-
-Binding tensor_binding(const at::Tensor& t, bool snapshot = false) {
-  Binding b;
-  b.dtype = t.scalar_type();
-  b.data = t.data_ptr();
-  b.sizes.assign(t.sizes().begin(), t.sizes().end());
-  b.strides.assign(t.strides().begin(), t.strides().end());
-  b.snapshot = snapshot;
-  return b;
-}
 
 HostExecutable compile(const Program& p, const std::vector<int32_t>& outputs, bool fuse) {
   ir::verify(p.g);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "graph_helpers.h"
 #include "ir/verifier.h"
 #include "runtime/host/philox.h"
 #include "runtime/runtime.h"
@@ -10,31 +11,11 @@
 namespace torch_tpu::runtime {
 namespace {
 
+using torch_tpu::testing::Program;
+using torch_tpu::testing::tensor_binding;
 using ir::DType;
 using ir::Node;
 using ir::OpKind;
-
-struct Program {
-  ir::Graph g;
-  int32_t add(OpKind k, DType t, std::vector<int64_t> shape, std::vector<int32_t> operands = {},
-              std::vector<int64_t> iattrs = {}, std::vector<double> fattrs = {}) {
-    return g.add(
-        Node{k, t, std::move(shape), std::move(operands), std::move(iattrs), std::move(fattrs)});
-  }
-  int32_t param(int64_t binding, DType t, std::vector<int64_t> shape) {
-    return add(OpKind::kParameter, t, std::move(shape), {}, {binding});
-  }
-};
-
-Binding tensor_binding(const at::Tensor& t) {
-  Binding b;
-  b.kind = Binding::Kind::Tensor;
-  b.dtype = t.scalar_type();
-  b.data = t.data_ptr();
-  b.sizes.assign(t.sizes().begin(), t.sizes().end());
-  b.strides.assign(t.strides().begin(), t.strides().end());
-  return b;
-}
 
 // Runs `p` with tensor/scalar inputs and returns fresh contiguous results of `outputs`.
 std::vector<at::Tensor> run(const Program& p, const std::vector<int32_t>& outputs,
