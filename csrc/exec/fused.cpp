@@ -59,7 +59,7 @@ struct PendingOp {
   int32_t source_begin = 0;  // one Source per program binding
   int32_t rng_slot = -1;     // two scalar slots (seed, offset) when the program draws random bits
   int32_t store_begin = 0;   // one Store per program output
-  std::string source_line;
+  const std::string* source_line = nullptr;  // interned by the hook; null when not recorded
 };
 
 // The newest value of a region of a storage, readable as SSA: a stored node (kValue) or an
@@ -607,8 +607,9 @@ struct FusedWork final : device::Work {
   std::vector<runtime::OutputTarget> outputs;
   std::vector<at::Tensor> loads;
   std::vector<StorageStrong> stored;
-  std::vector<std::string> op_names;     // per recorded op
-  std::vector<std::string> source_lines;  // per recorded op ("" when not recorded)
+  // Per recorded op, for error messages only (names are built when something fails).
+  std::vector<const OpInfo*> ops;
+  std::vector<const std::string*> source_lines;
   const char* cause = "";
 
   void run() override {
@@ -619,9 +620,10 @@ struct FusedWork final : device::Work {
       std::string where;
       if (node >= 0 && static_cast<size_t>(node) < program->node_op.size()) {
         auto op = static_cast<size_t>(program->node_op[static_cast<size_t>(node)]);
-        where = "in " + op_names[op] + (source_lines[op].empty() ? "" : " recorded at " + source_lines[op]);
+        where = "in " + ops[op]->qualname + (ops[op]->overload.empty() ? "" : "." + ops[op]->overload) +
+                (source_lines[op] ? " recorded at " + *source_lines[op] : "");
       } else {
-        where = "in one of " + std::to_string(op_names.size()) + " ops";
+        where = "in one of " + std::to_string(ops.size()) + " ops";
       }
       e.add_context("torch_tpu (fused mode): raised when a pending graph ran (flushed by " + std::string(cause) +
                     "), " + where);
@@ -675,7 +677,7 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
                 << " IR nodes:\n";
       for (size_t k = 0; k < nops; ++k) {
         std::cerr << "  op " << k << ": " << p.ops[k].info->qualname << "." << p.ops[k].info->overload
-                  << (p.ops[k].source_line.empty() ? "" : "  (" + p.ops[k].source_line + ")") << "\n";
+                  << (p.ops[k].source_line ? "  (" + *p.ops[k].source_line + ")" : "") << "\n";
       }
       std::cerr << fp->executable->describe() << std::flush;
     }
@@ -705,11 +707,11 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
     work->outputs.push_back(std::move(o));
   }
   work->stored = std::move(stored);
-  work->op_names.reserve(nops);
+  work->ops.reserve(nops);
   work->source_lines.reserve(nops);
-  for (auto& op : p.ops) {
-    work->op_names.push_back(op.info->qualname + (op.info->overload.empty() ? "" : "." + op.info->overload));
-    work->source_lines.push_back(std::move(op.source_line));
+  for (const auto& op : p.ops) {
+    work->ops.push_back(op.info);
+    work->source_lines.push_back(op.source_line);
   }
   c10::Stream stream = p.stream;
   p = Pending();
@@ -737,9 +739,9 @@ void flush_device_locked(std::unique_lock<std::mutex>& lock, c10::DeviceIndex de
 void flush_hook(c10::DeviceIndex device, device::FlushCause cause) {
   if (g_pending_ops.load(std::memory_order_acquire) == 0) return;
   if (cause == device::FlushCause::kHostRead && g_source_line_hook != nullptr) {
-    std::string line = g_source_line_hook();
+    const std::string* line = g_source_line_hook();
     std::lock_guard<std::mutex> g(g_mu);
-    if (!line.empty()) g_host_read_lines[line]++;
+    if (line != nullptr) g_host_read_lines[*line]++;
   }
   fused_flush(device, cause);
 }
@@ -767,7 +769,7 @@ void fused_flush(c10::DeviceIndex device, device::FlushCause cause) {
 void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInfo& info, const CallState& call,
                   const std::vector<at::Tensor>& news, runtime::RngState rng) {
   (void)g_hook_installed;
-  std::string line = provenance_enabled() && g_source_line_hook != nullptr ? g_source_line_hook() : std::string();
+  const std::string* line = provenance_enabled() && g_source_line_hook != nullptr ? g_source_line_hook() : nullptr;
   const c10::DeviceIndex device = call.device.index();
   const c10::Stream stream = device::current_stream(device);
   std::unique_lock<std::mutex> lock(g_mu);
@@ -776,10 +778,12 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
   if (!p.ops.empty() && p.stream != stream) flush_device_locked(lock, device, device::FlushCause::kStreamEvent);
   p.stream = stream;
   // Reads the graph cannot express from its own values flush it first: the op then loads memory.
-  std::vector<Resolution> res(call.bindings.size());
+  static thread_local std::vector<Resolution> res;  // reused: no allocation per recorded op
+  res.resize(call.bindings.size());
   for (int pass = 0; pass < 2; ++pass) {
     bool flush = false;
     for (size_t b = 0; b < call.bindings.size(); ++b) {
+      res[b] = Resolution();
       if (call.bindings[b].kind != runtime::Binding::Kind::Tensor || !call.tensors[b].defined() ||
           b >= program->reads_binding.size() || !program->reads_binding[b]) {
         continue;
@@ -806,7 +810,7 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
   op.info = &info;
   op.source_begin = static_cast<int32_t>(p.sources.size());
   op.store_begin = static_cast<int32_t>(p.stores.size());
-  op.source_line = std::move(line);
+  op.source_line = line;
   p.mix(reinterpret_cast<intptr_t>(program.get()));
   for (size_t b = 0; b < call.bindings.size(); ++b) {
     const runtime::Binding& binding = call.bindings[b];

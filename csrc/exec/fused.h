@@ -68,8 +68,9 @@ void reset_fused_stats();
 // The source lines ("file:line") whose host reads flushed pending graphs most often.
 std::vector<std::pair<std::string, uint64_t>> top_host_read_lines(size_t n);
 
-// Installed by the Python extension: the user's current source line ("file:line"), or "".
-using SourceLineHook = std::string (*)();
+// Installed by the Python extension: the user's current source line ("file:line"), interned
+// (the pointer stays valid for the process), or null when there is no Python frame.
+using SourceLineHook = const std::string* (*)();
 void set_source_line_hook(SourceLineHook hook);
 
 }  // namespace torch_tpu::exec

@@ -30,36 +30,41 @@ bool is_library_code(PyCodeObject* code) {
   return library;
 }
 
-std::string user_source_line() {
-  if (!Py_IsInitialized() || _Py_IsFinalizing()) return {};
+// "file:line" of a frame, interned per (code object, line): a loop records the same few lines
+// over and over, so after the first time this is one hash lookup and no string is built. Code
+// objects stay alive through is_library_code's memo. Guarded by the GIL.
+const std::string* line_of(PyCodeObject* code, PyFrameObject* frame) {
+  static auto* lines = new std::unordered_map<PyCodeObject*, std::unordered_map<int, std::string>>();
+  const int line = PyFrame_GetLineNumber(frame);
+  auto& of_code = (*lines)[code];
+  auto it = of_code.find(line);
+  if (it == of_code.end()) {
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    it = of_code.emplace(line, std::string(file ? file : "?") + ":" + std::to_string(line)).first;
+  }
+  return &it->second;
+}
+
+const std::string* user_source_line() {
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return nullptr;
   py::gil_scoped_acquire gil;
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
-  if (frame == nullptr) return {};
+  if (frame == nullptr) return nullptr;
   Py_INCREF(frame);
-  std::string out;
-  PyFrameObject* first = nullptr;  // innermost frame: used when every frame is library code
+  const std::string* out = nullptr;  // the innermost frame's line: used when every frame is library code
   while (frame != nullptr) {
     PyCodeObject* code = PyFrame_GetCode(frame);
-    bool library = is_library_code(code);
-    if (!library || first == nullptr) {
-      const char* file = PyUnicode_AsUTF8(code->co_filename);
-      std::string line = std::string(file ? file : "?") + ":" + std::to_string(PyFrame_GetLineNumber(frame));
-      if (!library) {
-        Py_DECREF(code);
-        Py_DECREF(frame);
-        Py_XDECREF(first);
-        return line;
-      }
-      out = line;
-      first = frame;
-      Py_INCREF(first);
-    }
+    const bool library = is_library_code(code);
+    if (!library || out == nullptr) out = line_of(code, frame);
     Py_DECREF(code);
+    if (!library) {
+      Py_DECREF(frame);
+      return out;
+    }
     PyFrameObject* back = PyFrame_GetBack(frame);
     Py_DECREF(frame);
     frame = back;
   }
-  Py_XDECREF(first);
   return out;
 }
 

@@ -193,7 +193,7 @@ def test_error_at_flush_names_op_and_source_line():
     torch.testing.assert_close((x + 1).cpu(), x.cpu() + 1)
 
 
-def test_graph_size_is_bounded(monkeypatch):
+def test_graph_size_is_bounded():
     code = textwrap.dedent("""
         import torch, torch_tpu
         torch_tpu.set_mode("fused")
