@@ -31,6 +31,9 @@ def _fresh_dynamo():
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> None:
+    # Compiled graphs go through AOTAutograd's decompositions and partitioning, which compute
+    # some ops in another order than the eager per-op lowerings (e.g. a decomposed mean or
+    # addmm), so float32 results differ by a few ulps more than assert_close's 1.3e-6 allows.
     torch.testing.assert_close(a.cpu(), b.cpu(), rtol=tol, atol=tol)
 
 
@@ -95,6 +98,7 @@ def test_tinygpt_training_matches_eager():
     after = stats()
     assert after["fallbacks"] == before["fallbacks"]
     assert after["graphs_compiled"] >= before["graphs_compiled"] + 2  # forward and backward
+    # Decomposition order differs from eager (see _close), and the optimizer steps compound it.
     torch.testing.assert_close(comp_losses, eager_losses, rtol=1e-5, atol=1e-5)
     for k in eager_params:
         _close(comp_params[k], eager_params[k], 1e-4)
@@ -111,6 +115,7 @@ def test_cnn_batchnorm_training_matches_eager():
     eager_losses, eager_params = _train(copy.deepcopy(base).to(DEV), batches, compiled=False)
     comp_losses, comp_params = _train(copy.deepcopy(base).to(DEV), batches, compiled=True)
     assert stats()["fallbacks"] == before
+    # Decomposition order differs from eager (see _close), and the optimizer steps compound it.
     torch.testing.assert_close(comp_losses, eager_losses, rtol=1e-5, atol=1e-5)
     for k in eager_params:  # includes running_mean / running_var / num_batches_tracked
         _close(comp_params[k], eager_params[k], 1e-4)
@@ -196,10 +201,15 @@ def test_dropout_draws_from_the_device_generator():
 
     compiled = torch.compile(f, backend="tpu", fullgraph=True)
     x = torch.ones(4096).to(DEV)
+    compiled(x)  # compile outside the seeded region
+    torch.manual_seed(3)
     a, b = compiled(x).cpu(), compiled(x).cpu()
     assert set(a.unique().tolist()) <= {0.0, 2.0}
     assert 0.4 < (a == 0).float().mean().item() < 0.6
     assert not torch.equal(a, b)  # the generator advanced
+    # Same seed, same Philox counters: the eager masks are identical.
+    torch.manual_seed(3)
+    assert torch.equal(f(x).cpu(), a) and torch.equal(f(x).cpu(), b)
 
 
 def test_autocast_under_compile():
@@ -214,7 +224,7 @@ def test_autocast_under_compile():
     assert got.dtype == want.dtype == torch.bfloat16
     assert stats()["fallbacks"] == before["fallbacks"]
     assert stats()["graphs_compiled"] == before["graphs_compiled"] + 1
-    _close(got.float(), want.float(), 1e-2)
+    _close(got.float(), want.float(), 1e-2)  # bfloat16 results: 8 mantissa bits
 
 
 def test_fused_mode_pending_work_runs_before_the_compiled_graph():
