@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
 import torch
@@ -11,6 +12,7 @@ from . import _C
 
 
 def register() -> None:
+    _C._pjrt_set_search_path(sys.path)  # where PJRT plugins are discovered (only stat() calls)
     _C._runtime_name()  # validates TORCH_TPU_RUNTIME now, with a clear error, not at the first op
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")

@@ -15,7 +15,17 @@ const std::vector<EnvVar>& registry() {
        "are recorded and run as fused graphs at sync points). Python: torch_tpu.set_mode()."},
       {"TORCH_TPU_LAUNCH_BLOCKING", "0", "`1` selects debug mode (overrides TORCH_TPU_MODE)."},
       {"TORCH_TPU_DEFER_AND_FUSE", "0", "`1` selects fused mode (DeferAndFuse; overrides TORCH_TPU_MODE)."},
-      {"TORCH_TPU_RUNTIME", "host", "Runtime that executes programs: `host` (embedded, always available)."},
+      {"TORCH_TPU_RUNTIME", "auto",
+       "Runtime that executes programs: `host` (embedded, always available), `pjrt` (a PJRT plugin; "
+       "fails naming what was looked for when there is none) or `auto` (pjrt when "
+       "TORCH_TPU_PJRT_PLUGIN is set or a plugin is discovered and usable, else host)."},
+      {"TORCH_TPU_PJRT_PLUGIN", "",
+       "Path of the PJRT C API plugin (`libtpu.so`, `xla_cuda_plugin.so`). Default: discovered in "
+       "sys.path (`libtpu/libtpu.so`, `jax_plugins/xla_cuda13/xla_cuda_plugin.so`, "
+       "`jax_plugins/xla_cuda12/xla_cuda_plugin.so`). Setting it selects the PJRT runtime."},
+      {"TORCH_TPU_PJRT_OPTIONS", "",
+       "PJRT client create options, `name=value,...` (`true`/`false`, integers, floats or strings), "
+       "e.g. `preallocate=false,memory_fraction=0.5` for the CUDA plugin."},
       {"TORCH_TPU_NUM_DEVICES", "1", "Number of emulated devices on the host runtime."},
       {"TORCH_TPU_HOST_MEMORY", "",
        "Capacity of each host-runtime device: bytes or a size with a unit (`512MiB`, `8GB`). "

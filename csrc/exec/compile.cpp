@@ -5,16 +5,18 @@
 #include "exec/call.h"
 #include "exec/mode.h"
 #include "ir/verifier.h"
+#include "runtime/pjrt/pjrt_runtime.h"
 
 namespace torch_tpu::exec {
 
 runtime::Runtime& selected_runtime() {
   static runtime::Runtime* rt = [] {
     std::string name = config::get("TORCH_TPU_RUNTIME");
-    TPU_CHECK_NOT_IMPLEMENTED(name != "pjrt",
-                              "TORCH_TPU_RUNTIME=pjrt: the PJRT runtime is not part of this build yet; "
-                              "use TORCH_TPU_RUNTIME=host (the default)");
-    TPU_CHECK_VALUE(name == "host", "unknown TORCH_TPU_RUNTIME '", name, "' (expected 'host' or 'pjrt')");
+    TPU_CHECK_VALUE(name == "host" || name == "pjrt" || name == "auto", "unknown TORCH_TPU_RUNTIME '", name,
+                    "' (expected 'host', 'pjrt' or 'auto')");
+    if (name != "host") {
+      if (runtime::Runtime* pjrt = pjrt::pjrt_runtime(/*required=*/name == "pjrt")) return pjrt;
+    }
     return &runtime::host_runtime();
   }();
   return *rt;

@@ -1,0 +1,110 @@
+// Python view of the PJRT runtime: plugin discovery and loading, client information and device
+// memory statistics. Used by torch_tpu (search path at import), tests/pjrt and
+// bench/device/pjrt_cuda.py.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "python/bindings.h"
+#include "runtime/pjrt/pjrt_runtime.h"
+#include "runtime/pjrt/plugin.h"
+
+namespace py = pybind11;
+
+namespace torch_tpu::python {
+
+static py::dict plugin_dict(const pjrt::Plugin& p) {
+  py::dict d;
+  d["path"] = p.path();
+  d["api_version"] = py::make_tuple(p.major(), p.minor());
+  py::dict attrs;
+  for (const auto& [k, v] : p.attributes()) attrs[py::str(k)] = v;
+  d["attributes"] = attrs;
+  return d;
+}
+
+static py::dict client_dict(const pjrt::Client& c) {
+  py::dict d = plugin_dict(c.plugin());
+  d["platform"] = c.platform_name();
+  d["platform_version"] = c.platform_version();
+  py::list devices;
+  for (const auto& dev : c.devices()) {
+    py::dict x;
+    x["id"] = dev.id;
+    x["kind"] = dev.kind;
+    x["name"] = dev.name;
+    devices.append(x);
+  }
+  d["devices"] = devices;
+  return d;
+}
+
+void init_pjrt_bindings(py::module_& m) {
+  m.def("_pjrt_set_search_path", &pjrt::set_search_path, py::arg("dirs"),
+        "Directories searched for PJRT plugins (torch_tpu passes sys.path at import).");
+  m.def("_pjrt_discover", &pjrt::discover_plugins, "Installed PJRT plugins found in the search path, best first.");
+  m.def(
+      "_pjrt_candidates", [] { return pjrt::discovery_candidates(); },
+      "Relative paths looked for in each search directory.");
+  m.def("_pjrt_tpu_present", &pjrt::tpu_device_present,
+        "Whether the machine shows a TPU device node (libtpu is auto-selected only then).");
+  m.def("_pjrt_plugin_path", &pjrt::plugin_path,
+        "The plugin TORCH_TPU_RUNTIME=pjrt would load (raises naming what was looked for if none).");
+  m.def(
+      "_pjrt_load", [](const std::string& path) { return plugin_dict(*pjrt::Plugin::load(path)); }, py::arg("path"),
+      "Loads and initializes a PJRT plugin (once per path): {path, api_version, attributes}.");
+  m.def(
+      "_pjrt_client_info",
+      [](const std::string& path, const std::string& options) {
+        auto client = pjrt::Client::create(pjrt::Plugin::load(path), pjrt::parse_client_options(options));
+        return client_dict(*client);
+      },
+      py::arg("path"), py::arg("options") = "",
+      "Creates (and destroys) a client of the plugin at `path`: {platform, platform_version, devices, ...}.");
+  m.def(
+      "_pjrt_struct_sizes",
+      [](const std::string& path) {
+        py::list out;
+        for (const auto& s : pjrt::probe_struct_sizes(*pjrt::Plugin::load(path)))
+          out.append(py::make_tuple(s.name, s.ours, s.plugin));
+        return out;
+      },
+      py::arg("path"),
+      "[(struct, our struct_size, the plugin's minimum or -1)] for every argument struct we pass "
+      "(XLA-based plugins only; see plugin.h).");
+  m.def("_pjrt_check_api_version", &pjrt::check_api_version, py::arg("major"), py::arg("minor"),
+        py::arg("api_struct_size"), py::arg("version_struct_size"),
+        "'' when a plugin reporting these numbers is compatible, else the reason.");
+  m.def(
+      "_pjrt_compile_options", [] { return py::bytes(pjrt::compile_options_proto()); },
+      "The serialized xla.CompileOptionsProto passed to PJRT_Client_Compile.");
+  m.def(
+      "_pjrt_info",
+      []() -> py::object {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        if (rt == nullptr) return py::none();
+        return client_dict(rt->client());
+      },
+      "The active PJRT runtime's client ({platform, devices, ...}), or None on another runtime.");
+  m.def(
+      "_pjrt_memory_stats",
+      [](size_t device) {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        TORCH_CHECK(rt != nullptr, "torch_tpu: the PJRT runtime is not active (TORCH_TPU_RUNTIME)");
+        pjrt::DeviceMemoryStats s = rt->client().memory_stats(device);
+        py::dict d;
+        d["bytes_in_use"] = s.bytes_in_use;
+        d["peak_bytes_in_use"] = s.peak_bytes_in_use;
+        d["num_allocs"] = s.num_allocs;
+        d["largest_alloc_size"] = s.largest_alloc_size;
+        d["bytes_limit"] = s.bytes_limit;
+        d["bytes_reserved"] = s.bytes_reserved;
+        d["peak_bytes_reserved"] = s.peak_bytes_reserved;
+        return d;
+      },
+      py::arg("device") = 0, "PJRT_Device_MemoryStats of a PJRT device (-1: not reported by the plugin).");
+}
+
+}  // namespace torch_tpu::python
