@@ -1,0 +1,101 @@
+"""GPT-style training step on the PJRT runtime (the CUDA plugin of jax-cuda13-pjrt) in strict and
+fused modes, next to native PyTorch `cuda` eager in the same process. Prints steps/s and ratios,
+checks the PJRT losses against CPU, and writes JSON to --out. Run by bench/device/pjrt_cuda.sh
+(which sets TORCH_TPU_RUNTIME=pjrt and TORCH_TPU_PJRT_PLUGIN); needs an NVIDIA GPU.
+
+    python bench/device/pjrt_cuda.py --out results.json [--steps 10] [--warmup 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+import torch_tpu
+from torch_tpu import _C
+from torch_tpu.models import TinyGPT, synthetic_text
+
+CONFIG = dict(vocab=512, dim=256, heads=8, layers=4, ctx=128)
+BATCH = 16
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "tpu":
+        torch.tpu.synchronize()
+
+
+def run(device: str, steps: int, warmup: int, config: dict, batch: int) -> dict:
+    """Trains TinyGPT for warmup + steps steps; returns losses and steps/s over the timed steps."""
+    data = synthetic_text(warmup + steps, batch=batch, ctx=config["ctx"], vocab=config["vocab"])
+    torch.manual_seed(0)
+    model = TinyGPT(**config).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, eps=1e-6)
+    losses = []
+    t0 = time.perf_counter()
+    for i, (x, y) in enumerate(data):
+        if i == warmup:
+            _sync(device)
+            t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(x.to(device), y.to(device))[1]
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    _sync(device)
+    elapsed = time.perf_counter() - t0
+    return {"steps_per_s": steps / elapsed, "losses": [float(v.item()) for v in losses]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args()
+
+    info = _C._pjrt_info()
+    result: dict = {"runtime": _C._runtime_name(), "pjrt": info, "config": CONFIG, "batch": BATCH,
+                    "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    assert info is not None, "the PJRT runtime is not active (TORCH_TPU_RUNTIME=pjrt, TORCH_TPU_PJRT_PLUGIN)"
+    print(f"PJRT: {info['platform']} {info['platform_version']} API {info['api_version']} "
+          f"devices {[d['kind'] for d in info['devices']]}", flush=True)
+
+    # Correctness first: a small model, 3 steps, PJRT strict and fused against CPU.
+    small = dict(vocab=64, dim=32, heads=4, layers=2, ctx=16)
+    ref = run("cpu", 3, 0, small, 4)["losses"]
+    for mode in ("strict", "fused"):
+        with torch_tpu.mode(mode):
+            got = run("tpu", 3, 0, small, 4)["losses"]
+        ok = torch.allclose(torch.tensor(got), torch.tensor(ref), rtol=2e-3, atol=2e-3)
+        result[f"matches_cpu_{mode}"] = ok
+        print(f"{mode}: losses {got} vs cpu {ref}: {'match' if ok else 'MISMATCH'}", flush=True)
+
+    rows = []
+    cuda = run("cuda", args.steps, args.warmup, CONFIG, BATCH)
+    rows.append(("cuda eager (native)", cuda["steps_per_s"]))
+    for mode in ("fused", "strict"):
+        with torch_tpu.mode(mode):
+            r = run("tpu", args.steps, args.warmup, CONFIG, BATCH)
+        rows.append((f"tpu {mode} (PJRT CUDA plugin)", r["steps_per_s"]))
+        result[f"losses_{mode}"] = r["losses"]
+    result["losses_cuda"] = cuda["losses"]
+    result["steps_per_s"] = dict(rows)
+    try:
+        result["pjrt_memory"] = _C._pjrt_memory_stats(0)
+    except RuntimeError as e:  # memory statistics are optional in PJRT
+        result["pjrt_memory"] = str(e)
+    print(f"\nTinyGPT {CONFIG} batch {BATCH}, {args.steps} timed steps after {args.warmup} warmup:")
+    base = rows[0][1]
+    for name, sps in rows:
+        print(f"  {name:32s} {sps:8.2f} steps/s   x{sps / base:.3f} of cuda eager")
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

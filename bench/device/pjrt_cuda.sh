@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Device check of the PJRT runtime on an NVIDIA GPU (docs/pjrt.md, "Device check"): builds
+# torch_tpu against the machine's torch, points it at the CUDA plugin of the installed
+# jax-cuda13-pjrt, runs tests/pjrt, the GPT training benchmark next to native cuda eager, and a
+# float32 OpInfo subset. No network, no pip. Results go to $OUT (default ./pjrt_cuda_out).
+# Budget knobs (seconds): BUILD_LIMIT, TEST_LIMIT, BENCH_LIMIT, OPINFO_LIMIT.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+OUT=${OUT:-$REPO/pjrt_cuda_out}
+mkdir -p "$OUT"
+PY=${PYTHON:-$(command -v python3 || command -v python)}
+JOBS=${JOBS:-$(nproc)}
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+failed=0
+
+step() {  # step NAME LIMIT CMD...: runs CMD with a time limit, logs to $OUT/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS rc=0
+  echo "== $name (limit ${limit}s)"
+  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1 || rc=$?
+  echo "$name rc=$rc ${SECONDS}s-${t0}s=$((SECONDS - t0))s" | tee -a "$SUMMARY"
+  tail -n 15 "$OUT/$name.log"
+  if [ "$rc" != 0 ]; then failed=1; fi
+  return 0
+}
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+  "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
+  "$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__)" || true
+  command -v cmake ninja || true
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+# 1. Build against this machine's torch (cmake + ninja; the extension lands in torch_tpu/).
+step build "${BUILD_LIMIT:-480}" bash -c "cmake -S '$REPO' -B '$REPO/build-device' -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DPython_EXECUTABLE='$PY' && cmake --build '$REPO/build-device' -j '$JOBS' --target _C"
+if ! grep -q "^build rc=0" "$SUMMARY"; then
+  echo "build failed: see $OUT/build.log"
+  exit 1
+fi
+
+# 2. The CUDA plugin of the installed jax-cuda13-pjrt (no import of jax needed).
+PLUGIN=$("$PY" - <<'PYEOF'
+import os, sys
+for d in sys.path:
+    for sub in ("xla_cuda13", "xla_cuda12"):
+        p = os.path.join(d, "jax_plugins", sub, "xla_cuda_plugin.so")
+        if os.path.isfile(p):
+            print(p)
+            raise SystemExit
+raise SystemExit("no jax_plugins/xla_cuda13/xla_cuda_plugin.so in sys.path (is jax-cuda13-pjrt installed?)")
+PYEOF
+)
+echo "plugin: $PLUGIN" | tee -a "$OUT/env.txt"
+export TORCH_TPU_RUNTIME=pjrt TORCH_TPU_PJRT_PLUGIN=$PLUGIN
+export TORCH_TPU_PJRT_OPTIONS=${TORCH_TPU_PJRT_OPTIONS:-preallocate=false}
+export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+export TORCH_TPU_CACHE_DIR=$OUT/cache
+
+# 3. Loader + runtime tests on the GPU.
+step tests_pjrt "${TEST_LIMIT:-180}" "$PY" -m pytest tests/pjrt -q -p no:cacheprovider -rs
+
+# 4. GPT training step: PJRT strict/fused vs native cuda eager, same process.
+step bench "${BENCH_LIMIT:-240}" "$PY" bench/device/pjrt_cuda.py --out "$OUT/bench.json"
+cp "$OUT/bench.log" "$OUT/bench.txt"
+
+# 5. A float32 OpInfo subset in strict mode.
+OPS="add or sub or mul or div or exp or log or tanh or sigmoid or softmax or matmul or mm or sum or mean or amax or where or clamp or cat or transpose or gather or layer_norm"
+step opinfo "${OPINFO_LIMIT:-240}" "$PY" -m pytest tests/ops/test_opinfo.py -q -p no:cacheprovider --maxfail=50 \
+  -k "test_forward and float32 and strict and ($OPS)" -o addopts=""
+
+echo "summary:"; cat "$SUMMARY"
+exit $failed
