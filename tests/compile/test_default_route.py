@@ -33,7 +33,8 @@ def test_default_backend_compiles_tpu_graphs_with_ours():
         want = model(x)
     after = stats()
     assert after["graphs_seen"] == before["graphs_seen"] + 1
-    assert after["graphs_compiled"] == before["graphs_compiled"] + 1
+    programs = ("graphs_compiled", "graphs_reused", "graphs_loaded")  # another test may have made it
+    assert sum(after[k] for k in programs) == sum(before[k] for k in programs) + 1
     assert after["fallbacks"] == before["fallbacks"]
     assert got.device.type == "tpu"
     torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-5, atol=1e-5)  # see test_compile._close
