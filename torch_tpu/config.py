@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import os
+
 from . import _C
 
 
 def env_vars() -> list[tuple[str, str, str]]:
     """(name, default, description) of every environment variable torch_tpu reads."""
     return [tuple(v) for v in _C._env_registry()]
+
+
+def get(name: str) -> str:
+    """The value of a registered TORCH_TPU_* variable (its registered default when unset)."""
+    for var, default, _ in _C._env_registry():
+        if var == name:
+            return os.environ.get(name, default)
+    raise KeyError(f"torch_tpu: unregistered environment variable {name}")

@@ -13,16 +13,24 @@ def metrics() -> dict[str, Any]:
     fallbacks by op. Fused mode adds ``fused``: flushes (total and by cause, with the source
     lines whose host reads flushed most), ops recorded and fused, graphs compiled and cache
     hits, kernels launched, stores skipped and bytes never materialized, graph compile time;
-    ``peak_memory_allocated`` is the allocator's peak for device 0."""
+    ``peak_memory_allocated`` is the allocator's peak for device 0; ``compile`` is
+    ``torch_tpu.compile.stats()`` (graphs compiled, reused and loaded from disk, recompiles by
+    reason, shape specializations, graph breaks, fallbacks)."""
+    from .compile import stats as compile_stats
+
     out = _C._metrics()
     out["fused"] = _C._fused_metrics()
     out["peak_memory_allocated"] = _C._memory_stats(0).get("allocated_bytes.all.peak", 0)
+    out["compile"] = compile_stats()
     return out
 
 
 def reset_metrics() -> None:
+    from .compile import reset_stats as reset_compile_stats
+
     _C._reset_metrics()
     _C._reset_fused_metrics()
+    reset_compile_stats()
 
 
 def set_debug_fusion(enabled: bool = True) -> None:

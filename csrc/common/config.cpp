@@ -58,6 +58,10 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_HOST_FUSION", "1",
        "`0` turns off the host runtime's fused elementwise clusters (every IR node then runs as "
        "its own ATen kernel); read when a program is compiled."},
+      {"TORCH_TPU_COMPILE_MAX_SHAPES", "8",
+       "torch.compile with dynamic shapes compiles one program per concrete input shape, for at "
+       "most this many shapes per graph (each warns and counts as a specialization); calls with "
+       "further shapes run the graph's ops eagerly. Python: torch_tpu.compile.set_max_shapes()."},
       {"TORCH_TPU_VERIFY", "0",
        "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
   };

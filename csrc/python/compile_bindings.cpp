@@ -6,19 +6,35 @@
 // to tensors, so a repeated call (CompiledGraph.run) is C++ only: bindings, new tensors,
 // random-number counters and one launch through exec/launch.h, the same steps as the per-op
 // path's execute().
+//
+// Disk tier: the plan is expressed in the Program itself (outputs; returns as ReturnSpec: New,
+// Binding = a graph input, Undefined = None), so a compiled graph is stored and loaded with the
+// same serializer, directory, versioning and checks as per-op programs
+// (compiler/program_serialize.h, compiler/disk_cache.h). The key is the caller's key text (the
+// ATen graph's code and input signature; compile/backend.py) packed 8 bytes per key word behind
+// a tag word, so two graphs never share an entry (key words are compared exactly). A graph that
+// returns a Python number other than None is not stored (ReturnSpec cannot describe it).
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/check.h"
+#include "compiler/disk_cache.h"
+#include "compiler/program_serialize.h"
 #include "device/device.h"
 #include "device/stream.h"
 #include "exec/call.h"
 #include "exec/launch.h"
 #include "exec/mode.h"
+#include "ir/verifier.h"
 #include "python/bindings.h"
 #include "python/ir_convert.h"
 
@@ -80,11 +96,49 @@ class CompiledGraph {
         g.kind = GraphReturn::Kind::Constant;
         g.constant = py::reinterpret_borrow<py::object>(t[1]);
       }
+      prog_->returns.push_back(return_spec(g));
       returns_.push_back(std::move(g));
     }
     prog_->rng_counters = rng_counters;
     py::gil_scoped_release no_gil;
     exec::finish_program(*prog_, output_nodes);
+  }
+
+  // The graph stored under key_text by an earlier process, compiled and ready; None on a miss,
+  // when the disk tier is off, or for an entry that fails any check (discarded as corrupt).
+  static std::optional<CompiledGraph> load(const std::string& key_text, int32_t num_inputs) {
+    compiler::DiskCache* disk = compiler::process_disk_cache();
+    if (disk == nullptr) return std::nullopt;
+    std::vector<int64_t> key = disk_key(key_text);
+    std::optional<std::string> payload;
+    {
+      py::gil_scoped_release no_gil;
+      payload = disk->load(key);
+    }
+    if (!payload) return std::nullopt;
+    try {
+      auto prog = std::make_shared<compiler::Program>(compiler::deserialize_program(*payload));
+      CompiledGraph g(prog, num_inputs);
+      py::gil_scoped_release no_gil;
+      ir::verify(prog->graph);
+      exec::finish_program(*prog, compiler::output_nodes(*prog));
+      return g;
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      if (auto* c10e = dynamic_cast<const c10::Error*>(&e)) why = c10e->what_without_backtrace();
+      disk->discard(key, why);
+      return std::nullopt;
+    }
+  }
+
+  // Writes this graph under key_text; false when the disk tier is off, the graph returns a
+  // constant ReturnSpec cannot describe, or the write failed (the tier is an optimization).
+  bool store(const std::string& key_text) const {
+    compiler::DiskCache* disk = compiler::process_disk_cache();
+    if (disk == nullptr || !storable_) return false;
+    std::string payload = compiler::serialize_program(*prog_);
+    py::gil_scoped_release no_gil;
+    return disk->store(disk_key(key_text), payload);
   }
 
   // Runs the program on `inputs` (tpu tensors, CPU 0-d tensors and Python numbers, in the
@@ -174,6 +228,67 @@ class CompiledGraph {
   std::string describe() const { return prog_->executable->describe(); }
 
  private:
+  // From a deserialized Program: rebuilds the plan from its outputs and returns, checking
+  // every index against the graph's input count (payloads are untrusted).
+  CompiledGraph(std::shared_ptr<compiler::Program> prog, int32_t num_inputs)
+      : prog_(std::move(prog)), num_inputs_(num_inputs), snapshot_(num_inputs, 0) {
+    const int32_t new_count = static_cast<int32_t>(prog_->new_tensors.size());
+    for (const auto& o : prog_->outputs) {
+      TORCH_CHECK(o.target < num_inputs, "compiled graph entry: output target ", o.target, " out of range");
+      if (o.target >= 0) snapshot_[static_cast<size_t>(o.target)] = 1;
+    }
+    for (const auto& r : prog_->returns) {
+      GraphReturn g;
+      switch (r.kind) {
+        case compiler::ReturnSpec::Kind::New:
+          TORCH_CHECK(r.index >= 0 && r.index < new_count, "compiled graph entry: return ", r.index, " out of range");
+          g.kind = GraphReturn::Kind::New;
+          break;
+        case compiler::ReturnSpec::Kind::Binding:
+          TORCH_CHECK(r.index >= 0 && r.index < num_inputs, "compiled graph entry: input ", r.index, " out of range");
+          g.kind = GraphReturn::Kind::Input;
+          break;
+        case compiler::ReturnSpec::Kind::Undefined:
+          g.kind = GraphReturn::Kind::Constant;
+          g.constant = py::none();
+          break;
+        case compiler::ReturnSpec::Kind::List: TORCH_CHECK(false, "compiled graph entry: a list return");
+      }
+      g.index = r.index;
+      returns_.push_back(std::move(g));
+    }
+  }
+
+  // The ReturnSpec stored for a return; marks the graph unstorable for a non-None constant.
+  compiler::ReturnSpec return_spec(const GraphReturn& g) {
+    compiler::ReturnSpec r;
+    r.index = g.index;
+    switch (g.kind) {
+      case GraphReturn::Kind::New: r.kind = compiler::ReturnSpec::Kind::New; break;
+      case GraphReturn::Kind::Input: r.kind = compiler::ReturnSpec::Kind::Binding; break;
+      case GraphReturn::Kind::Constant:
+        r.kind = compiler::ReturnSpec::Kind::Undefined;
+        if (!g.constant.is_none()) storable_ = false;
+        break;
+    }
+    return r;
+  }
+
+  // Tag word, byte count, then the key text 8 bytes per word (zero-padded).
+  static std::vector<int64_t> disk_key(const std::string& text) {
+    static const std::string kTag = "torch_tpu compiled graph 1";
+    std::vector<int64_t> key;
+    key.reserve(2 + (text.size() + 7) / 8);
+    key.push_back(static_cast<int64_t>(compiler::fnv1a(kTag.data(), kTag.size())));
+    key.push_back(static_cast<int64_t>(text.size()));
+    for (size_t i = 0; i < text.size(); i += 8) {
+      uint64_t w = 0;
+      std::memcpy(&w, text.data() + i, std::min<size_t>(8, text.size() - i));
+      key.push_back(static_cast<int64_t>(w));
+    }
+    return key;
+  }
+
   static runtime::Binding scalar_binding(const c10::Scalar& s, c10::ScalarType dtype) {
     runtime::Binding b;
     b.kind = runtime::Binding::Kind::Scalar;
@@ -191,17 +306,42 @@ class CompiledGraph {
   int32_t num_inputs_;
   std::vector<uint8_t> snapshot_;  // per input: bind a copy (the program also writes it)
   std::vector<GraphReturn> returns_;
+  bool storable_ = true;
   uint64_t calls_ = 0;
 };
 
 }  // namespace
 
+// Registers the lowering path (exec::lowered_op_kernel) as the PrivateUse1 kernel of a user op
+// (torch_tpu.lowering.register_lowering). The backend fallback already reaches every op
+// without a kernel, but ops made with torch.library.custom_op carry a
+// CompositeExplicitAutograd kernel (their Python implementation), which the dispatcher
+// prefers over a backend fallback: a direct PrivateUse1 kernel ranks above it.
+static void register_lowered_op(const std::string& qualname, const std::string& overload) {
+  static std::vector<std::unique_ptr<torch::Library>> libraries;  // registrations live as long as the process
+  static std::set<std::string> registered;
+  std::string full = overload.empty() || overload == "default" ? qualname : qualname + "." + overload;
+  if (!registered.insert(full).second) return;
+  auto sep = qualname.find("::");
+  TPU_CHECK_VALUE(sep != std::string::npos, "register_lowering: '", qualname, "' is not a qualified op name");
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, qualname.substr(0, sep), c10::DispatchKey::PrivateUse1,
+                                              __FILE__, __LINE__);
+  const std::string name = full.substr(sep + 2);  // the dispatcher copies it
+  lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&exec::lowered_op_kernel>());
+  libraries.push_back(std::move(lib));
+}
+
 void init_compile_bindings(py::module_& m) {
+  m.def("_register_lowered_op", &register_lowered_op, py::arg("qualname"), py::arg("overload"),
+        "Makes tpu calls of a user op go through its registered lowering.");
   py::class_<CompiledGraph>(m, "_CompiledGraph",
                             "One FX graph compiled as one program (torch.compile(backend='tpu')).")
       .def(py::init<const py::list&, const py::list&, const py::list&, uint64_t, int32_t>(), py::arg("nodes"),
            py::arg("outputs"), py::arg("returns"), py::arg("rng_counters"), py::arg("num_inputs"))
       .def("run", &CompiledGraph::run, py::arg("inputs"))
+      .def_static("load", &CompiledGraph::load, py::arg("key"), py::arg("num_inputs"),
+                  "The graph an earlier process stored under key (disk tier), or None.")
+      .def("store", &CompiledGraph::store, py::arg("key"), "Writes the graph to the disk tier under key.")
       .def_property_readonly("calls", &CompiledGraph::calls)
       .def_property_readonly("num_nodes", &CompiledGraph::num_nodes)
       .def("describe", &CompiledGraph::describe);

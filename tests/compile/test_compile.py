@@ -238,3 +238,40 @@ def test_fused_mode_pending_work_runs_before_the_compiled_graph():
         y = x * 2 + 1  # deferred: the compiled program reads it
         got = compiled(y)
     _close(got, want)
+
+
+def test_default_device_context():
+    """Under `with torch.device("tpu")` factory calls inside the compiled function land on tpu."""
+    def f(x):
+        return x + torch.ones(x.shape[-1]) * 2 + torch.arange(x.shape[-1], dtype=x.dtype)
+
+    with torch.device(DEV):
+        torch.manual_seed(0)
+        model = MLP().eval()
+        x = torch.randn(4, 32)
+        assert x.device.type == DEV and next(model.parameters()).device.type == DEV
+        compiled_f = torch.compile(f, backend="tpu", fullgraph=True)
+        compiled_m = torch.compile(model, backend="tpu", fullgraph=True)
+        before = stats()["fallbacks"]
+        got_f = compiled_f(x)
+        with torch.no_grad():
+            got_m, want_m = compiled_m(x), model(x)
+    assert got_f.device.type == DEV and got_m.device.type == DEV
+    assert stats()["fallbacks"] == before
+    _close(got_f, x.cpu() + 2 + torch.arange(32, dtype=torch.float32))
+    _close(got_m, want_m)
+
+
+def test_resnet_eval_inference_compiles_whole():
+    """Eval batch norm (functionalized to _native_batch_norm_legit_no_training) lowers in the graph."""
+    from torch_tpu.models import SmallResNet
+
+    torch.manual_seed(0)
+    model = SmallResNet(width=8).to(DEV).eval()
+    x = torch.randn(2, 3, 16, 16).to(DEV)
+    before = stats()["fallbacks"]
+    with torch.no_grad():
+        got = torch.compile(model, backend="tpu", fullgraph=True)(x)
+        want = model(x)
+    assert stats()["fallbacks"] == before
+    _close(got, want, 2e-5)  # convolutions: see _close

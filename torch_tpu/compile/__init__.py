@@ -1,15 +1,18 @@
 """torch.compile(backend="tpu"): Dynamo FX graphs lowered whole through the lowering table.
 
 ``backend.py`` (the Dynamo backend, AOTAutograd, eager fallback), ``lower_graph.py`` (FX
-graph -> one IR graph), ``stats.py`` (counters), ``registration.py`` (the backend name).
+graph -> one IR graph), ``stats.py`` (counters, also in ``torch_tpu.metrics()["compile"]``), ``registration.py`` (the
+backend name and Dynamo's device interface), ``default_route.py`` (``torch.compile(model)``
+without a backend).
 Importing this package does not import Dynamo.
 """
 
 from __future__ import annotations
 
+from .backend import max_shapes, set_max_shapes
 from .registration import install as _install
 from .stats import reset_stats, stats
 
 _install()
 
-__all__ = ["stats", "reset_stats"]
+__all__ = ["stats", "reset_stats", "max_shapes", "set_max_shapes"]

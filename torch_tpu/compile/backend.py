@@ -11,14 +11,18 @@ eagerly instead (warned once per op, counted in ``stats()``).
 from __future__ import annotations
 
 import functools
+import hashlib
+import re
+import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 import torch.fx as fx
 
 from .. import _C
-from ..lowering.registry import lookup
-from .stats import counters, record_fallback
+from ..lowering.registry import is_user_lowering, lookup
+from .stats import counters, record_fallback, record_recompile
 from .lower_graph import Symbolic, Unsupported, input_kind, lower_graph
 
 # Compiled programs by (graph code, input signature): a graph Dynamo recompiles with other
@@ -40,19 +44,50 @@ def _signature(inputs: Sequence) -> tuple:
     return tuple(sig)
 
 
+@functools.cache
+def _graph_lowering_hash() -> str:
+    """Hash of the whole-graph lowering's source (the directory version covers lowering/ and ir/)."""
+    return hashlib.sha256(Path(__file__).with_name("lower_graph.py").read_bytes()).hexdigest()[:16]
+
+
+def _disk_key(code: str, sig: tuple) -> str:
+    """The disk tier's key text: everything the lowered program depends on besides the
+    lowering sources and the extension, which the disk cache's directory version covers."""
+    return f"{_graph_lowering_hash()}\n{code}\n{sig!r}"
+
+
+def uses_user_lowering(gm: fx.GraphModule) -> bool:
+    """A graph with an op whose lowering a user registered: its program is not stored on disk."""
+    return any(n.op == "call_function" and is_user_lowering(n.target) for n in gm.graph.nodes)
+
+
+def _symbolic(x) -> bool:
+    if isinstance(x, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in x.shape)
+    return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
 def _program(gm: fx.GraphModule, inputs: Sequence) -> _C._CompiledGraph:
-    """The compiled program for gm on inputs of this signature (lowered on a miss)."""
-    key = (gm.code, _signature(inputs))
+    """The compiled program for gm on inputs of this signature (memory, then disk, then lowered)."""
+    sig = _signature(inputs)
+    key = (gm.code, sig)
     prog = _PROGRAMS.get(key)
     if prog is not None:
         counters().graphs_reused += 1
         return prog
-    lg = lower_graph(gm, inputs)
-    prog = _C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs)
+    disk_key = _disk_key(gm.code, sig) if not uses_user_lowering(gm) else None
+    prog = _C._CompiledGraph.load(disk_key, len(inputs)) if disk_key is not None else None
+    if prog is not None:
+        counters().graphs_loaded += 1
+    else:
+        lg = lower_graph(gm, inputs)
+        prog = _C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs)
+        if disk_key is not None:
+            prog.store(disk_key)
+        counters().graphs_compiled += 1
     if len(_PROGRAMS) >= _MAX_PROGRAMS:
         del _PROGRAMS[next(iter(_PROGRAMS))]  # oldest first; callables still hold their programs
     _PROGRAMS[key] = prog
-    counters().graphs_compiled += 1
     return prog
 
 
@@ -68,13 +103,57 @@ def _eager(gm: fx.GraphModule) -> Callable[[list], list]:
     return _boxed(run)
 
 
+_max_shapes: int | None = None
+
+
+def max_shapes() -> int:
+    """Concrete input signatures compiled per dynamic-shape graph (TORCH_TPU_COMPILE_MAX_SHAPES)."""
+    global _max_shapes
+    if _max_shapes is None:
+        from ..config import get
+
+        text = get("TORCH_TPU_COMPILE_MAX_SHAPES")
+        try:
+            _max_shapes = int(text)
+        except ValueError:
+            raise ValueError(f"TORCH_TPU_COMPILE_MAX_SHAPES={text!r} is not an integer") from None
+    return _max_shapes
+
+
+def set_max_shapes(n: int) -> None:
+    """Python equivalent of TORCH_TPU_COMPILE_MAX_SHAPES; applies to later calls of every graph."""
+    global _max_shapes
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"max_shapes must be a non-negative int, got {n!r}")
+    _max_shapes = n
+
+
+def _describe(sig: tuple) -> str:
+    """Input signature for messages: tensor shapes as lists, size values as numbers."""
+    def one(s) -> str:
+        if isinstance(s, tuple) and s and isinstance(s[0], tuple):
+            return str(list(s[0]))
+        if isinstance(s, tuple) and len(s) == 2 and s[0] == "i":
+            return str(s[1])
+        return str(s)
+
+    return ", ".join(one(s) for s in sig)
+
+
 class _Specializing:
-    """A graph with symbolic shapes: one program per concrete input signature, made at first use."""
+    """A graph with symbolic shapes: one program per concrete input signature, made at first use.
+
+    At most ``max_shapes()`` signatures are compiled (each warns, with the shapes that changed,
+    and counts as a recompile); calls with further signatures run the graph's ATen ops
+    eagerly (cached per op by the current mode), so a stream of ever-new shapes cannot make
+    compile time grow without bound.
+    """
 
     def __init__(self, gm: fx.GraphModule) -> None:
         self.gm = gm
         self.programs: dict[tuple, _C._CompiledGraph] = {}
         self.eager: Callable[[list], list] | None = None
+        self.over_limit: Callable[[list], list] | None = None
         self._boxed_call = True
 
     def __call__(self, args: list) -> list:
@@ -83,6 +162,8 @@ class _Specializing:
         sig = _signature(args)
         prog = self.programs.get(sig)
         if prog is None:
+            if len(self.programs) >= max_shapes():
+                return self._beyond_limit(args)
             try:
                 prog = _program(self.gm, args)
             except Unsupported as e:
@@ -90,12 +171,29 @@ class _Specializing:
                 self.eager = _eager(self.gm)
                 return self.eager(args)
             counters().specializations += 1
+            if self.programs:
+                record_recompile("a dynamic-shape graph for new input shapes",
+                                 f"input shapes ({_describe(sig)}); {len(self.programs) + 1} of at most "
+                                 f"{max_shapes()} (TORCH_TPU_COMPILE_MAX_SHAPES)")
             self.programs[sig] = prog
         return prog.run(args)
+
+    def _beyond_limit(self, args: list) -> list:
+        counters().shape_limit_hits += 1
+        if self.over_limit is None:
+            warnings.warn(f"torch_tpu.compile: a dynamic-shape graph reached TORCH_TPU_COMPILE_MAX_SHAPES="
+                          f"{max_shapes()} compiled shapes; calls with other shapes run its ops eagerly",
+                          stacklevel=2)
+            self.over_limit = _eager(self.gm)
+        return self.over_limit(args)
 
 
 def _compile_graph(gm: fx.GraphModule, example_inputs: Sequence) -> Callable[[list], list]:
     """fw/bw/inference compiler for AOTAutograd: a boxed callable running gm."""
+    if any(_symbolic(x) for x in example_inputs):
+        # Checked before anything calls int() on a symbolic size: that would add a guard
+        # specializing the graph, and Dynamo would recompile for every new shape.
+        return _Specializing(gm)
     try:
         prog = _program(gm, example_inputs)
     except Symbolic:
@@ -124,10 +222,51 @@ def decompositions() -> dict:
             if isinstance(op, torch._ops.OpOverload) and lookup(op) is None}
 
 
+_RECOMPILED_FRAMES: set[tuple] = set()
+
+
+def _note_recompile(gm: fx.GraphModule) -> None:
+    """Counts Dynamo's re-capture of a frame it compiled before, with the guard that failed.
+
+    Dynamo numbers the compiles of each frame (``CompileId.frame_compile_id``, 0 for the first)
+    and records the first failed guard of the previous compile as ``recompile_reason`` in its
+    metrics context before calling the backend. One count per frame compile: a frame split by
+    graph breaks hands over several graphs.
+    """
+    from torch._guards import CompileContext
+
+    cid = CompileContext.current_compile_id()
+    if cid is None or not cid.frame_compile_id:
+        return
+    key = (cid.frame_id, cid.frame_compile_id, cid.compiled_autograd_id)
+    if key in _RECOMPILED_FRAMES:
+        return
+    _RECOMPILED_FRAMES.add(key)
+    reason = None
+    try:
+        from torch._dynamo.utils import get_metrics_context
+
+        reason = get_metrics_context()._metrics.get("recompile_reason")
+    except (ImportError, AttributeError):  # another torch version: the count still holds
+        pass
+    record_recompile(f"{_frame_name(gm)} (compile #{cid.frame_compile_id} of this frame)",
+                     reason or "guard failure (reason not reported by this torch version)")
+
+
+def _frame_name(gm: fx.GraphModule) -> str:
+    """'fn (file:line)' of the compiled frame, from the first node's recorded user stack."""
+    for node in gm.graph.nodes:
+        m = re.search(r'File "([^"]+)", line (\d+), in (\S+)', node.meta.get("stack_trace") or "")
+        if m:
+            return f"{m.group(3)} ({m.group(1)}:{m.group(2)})"
+    return "a compiled frame"
+
+
 def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence, **kwargs) -> Callable:
     """The Dynamo backend registered as "tpu"."""
     from torch._functorch.aot_autograd import aot_module_simplified
 
     counters().graphs_seen += 1
+    _note_recompile(gm)
     return aot_module_simplified(gm, example_inputs, fw_compiler=_compile_graph, bw_compiler=_compile_graph,
                                  decompositions=decompositions(), keep_inference_input_mutations=True)

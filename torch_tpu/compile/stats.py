@@ -1,7 +1,9 @@
-"""Counters of the torch.compile backend, reported by ``torch_tpu.compile.stats()``."""
+"""Counters of the torch.compile backend, reported by ``torch_tpu.compile.stats()`` and in
+``torch_tpu.metrics()["compile"]``."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import asdict, dataclass, field
 
@@ -12,14 +14,19 @@ class CompileStats:
 
     graphs_seen: int = 0        # FX graphs Dynamo handed to the backend
     graphs_compiled: int = 0    # forward/backward/inference graphs lowered and compiled as one program
-    graphs_reused: int = 0      # graphs whose program was found in the backend's cache
+    graphs_reused: int = 0      # graphs whose program was found in the backend's memory cache
+    graphs_loaded: int = 0      # graphs whose program came from the disk tier (no lowering)
     specializations: int = 0    # programs compiled for graphs with symbolic shapes, per concrete signature
+    shape_limit_hits: int = 0   # calls of a dynamic graph beyond TORCH_TPU_COMPILE_MAX_SHAPES (run eagerly)
+    recompiles: int = 0         # Dynamo re-captures of an already compiled frame (a guard failed)
+    recompile_reasons: dict[str, int] = field(default_factory=dict)  # first failed guard -> count
     fallbacks: int = 0          # graphs run with eager ops because a node could not be lowered
     fallback_ops: dict[str, int] = field(default_factory=dict)  # op -> graphs that fell back because of it
 
 
 _STATS = CompileStats()
 _WARNED: set[str] = set()
+_REASON_CHARS = 300  # a guard failure can quote a whole tensor repr
 
 
 def counters() -> CompileStats:
@@ -36,12 +43,19 @@ def record_fallback(op: str, reason: str) -> None:
         warnings.warn(f"torch_tpu.compile: graph runs with eager ops: cannot lower {reason}", stacklevel=2)
 
 
+def record_recompile(where: str, reason: str) -> None:
+    """Counts a recompile and warns (Python's warning filter shows each message once)."""
+    reason = reason[:_REASON_CHARS]
+    _STATS.recompiles += 1
+    _STATS.recompile_reasons[reason] = _STATS.recompile_reasons.get(reason, 0) + 1
+    warnings.warn(f"torch_tpu.compile: recompiling {where}: {reason} (recompiles so far: {_STATS.recompiles}; "
+                  "see torch_tpu.metrics()['compile'])", stacklevel=2)
+
+
 def stats() -> dict:
     """The backend's counters plus Dynamo's graph-break count (0 when Dynamo never ran)."""
     d = asdict(_STATS)
     d["graph_breaks"] = 0
-    import sys
-
     if "torch._dynamo" in sys.modules:
         from torch._dynamo.utils import counters as dynamo_counters
 

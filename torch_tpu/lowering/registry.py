@@ -65,4 +65,68 @@ def lookup(op: torch._ops.OpOverload) -> LoweringFn | None:
     return LOWERINGS.get(op_key(op))
 
 
-__all__ = ["GraphBuilder", "LOWERINGS", "BAKE_SCALARS", "register", "lookup", "op_key"]
+# Keys whose lowering a user registered (register_lowering): not covered by the disk tier's
+# lowering fingerprint, so compiled graphs using them are not stored on disk.
+USER_LOWERINGS: set[str] = set()
+
+
+def _overloads(op) -> list[torch._ops.OpOverload]:
+    if isinstance(op, str):
+        ns, _, rest = op.partition("::")
+        name, _, overload = rest.partition(".")
+        if not ns or not name:
+            raise ValueError(f"register_lowering: {op!r} is not a qualified op name like 'mylib::op'")
+        op = getattr(getattr(torch.ops, ns), name)
+        if overload:
+            op = getattr(op, overload)
+    if hasattr(op, "_opoverload"):  # a torch.library.custom_op (CustomOpDef)
+        op = op._opoverload
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return [getattr(op, name) for name in op.overloads()]
+    if isinstance(op, torch._ops.OpOverload):
+        return [op]
+    raise TypeError(f"register_lowering: expected an op (torch.ops.ns.op[.overload], a custom_op, or 'ns::op'), "
+                    f"got {type(op).__name__}")
+
+
+def register_lowering(*ops, bake_scalars: bool = False) -> Callable[[LoweringFn], LoweringFn]:
+    """Decorator giving user ops (``torch.library``) a lowering to the IR, for every mode.
+
+    ``ops``: ``torch.ops.mylib.op`` (all overloads), ``torch.ops.mylib.op.default``, the object
+    ``torch.library.custom_op`` returns, or ``"mylib::op"``. The function follows the lowering
+    contract at the top of this module: ``fn(b, *args)`` with ``b`` a ``GraphBuilder``
+    (torch_tpu/ir/builder.py, docs/ir.md) and tensors as ``Value``s, returning the op's results
+    as ``Value``s. Afterwards tpu calls of the op in debug/strict/fused mode run the lowered
+    program (cached like any ATen op, with no Python on a cache hit) instead of the op's Python
+    implementation, and ``torch.compile`` graphs containing it compile as one program. A
+    lowering registered again replaces the previous one for later compilations. See
+    docs/lowering.md, "Custom ops".
+    """
+    overloads = [o for op in ops for o in _overloads(op)]
+    if not overloads:
+        raise ValueError("register_lowering: no op given")
+
+    def deco(fn: LoweringFn) -> LoweringFn:
+        if not callable(fn):
+            raise TypeError("register_lowering: the lowering must be callable")
+        from .. import _C
+
+        for o in overloads:
+            key = op_key(o)
+            LOWERINGS[key] = fn
+            USER_LOWERINGS.add(key)
+            if bake_scalars:
+                BAKE_SCALARS.add(key)
+            if o.namespace != "aten":
+                _C._register_lowered_op(o._schema.name, o._overloadname)
+        return fn
+
+    return deco
+
+
+def is_user_lowering(op) -> bool:
+    return isinstance(op, torch._ops.OpOverload) and op_key(op) in USER_LOWERINGS
+
+
+__all__ = ["GraphBuilder", "LOWERINGS", "BAKE_SCALARS", "USER_LOWERINGS", "register", "register_lowering", "lookup",
+           "op_key", "is_user_lowering"]

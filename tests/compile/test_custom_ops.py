@@ -1,0 +1,106 @@
+"""User ops (torch.library) with a lowering from torch_tpu.lowering.register_lowering.
+
+The op's Python implementation counts its calls: on tpu it must never run (every mode runs
+the lowered program); results are compared with that implementation on the CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+import torch_tpu
+from torch_tpu.compile import stats
+from torch_tpu.lowering import register_lowering
+
+PY_CALLS: list[str] = []
+
+
+@torch.library.custom_op("tpu_custom_test::silu_alpha", mutates_args=())
+def silu_alpha(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    PY_CALLS.append(x.device.type)
+    return x * torch.sigmoid(alpha * x)
+
+
+@silu_alpha.register_fake
+def _(x, alpha):
+    return torch.empty_like(x)
+
+
+def _backward(ctx, grad):
+    x, = ctx.saved_tensors
+    s = torch.sigmoid(ctx.alpha * x)
+    return grad * (s + ctx.alpha * x * s * (1 - s)), None
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.alpha = inputs[1]
+
+
+silu_alpha.register_autograd(_backward, setup_context=_setup)
+
+
+@register_lowering(silu_alpha)
+def _lower_silu_alpha(b, x, alpha):
+    a = b.broadcast_in_dim(b.convert(alpha, x.dtype), x.shape, [])
+    return b.binary("mul", x, b.unary("logistic", b.binary("mul", a, x)))
+
+
+def _want(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    return x.cpu() * torch.sigmoid(alpha * x.cpu())
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    PY_CALLS.clear()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
+def test_eager_modes_run_the_lowering(mode):
+    x = torch.randn(5, 7)
+    with torch_tpu.mode(mode):
+        got = silu_alpha(x.to("tpu"), 1.5)
+        got2 = silu_alpha(x.to("tpu"), 0.5)  # alpha is a runtime scalar: same program
+        got, got2 = got.cpu(), got2.cpu()
+    assert "tpu" not in PY_CALLS
+    torch.testing.assert_close(got, _want(x, 1.5))
+    torch.testing.assert_close(got2, _want(x, 0.5))
+
+
+def test_cpu_calls_still_run_the_python_implementation():
+    x = torch.randn(3)
+    torch.testing.assert_close(silu_alpha(x, 2.0), _want(x, 2.0))
+    assert PY_CALLS == ["cpu"]
+
+
+def test_compiled_graph_with_the_op_is_one_program_with_autograd():
+    def f(x, w):
+        return silu_alpha(x @ w, 1.5).sum()
+
+    x = torch.randn(4, 6)
+    w = torch.randn(6, 3)
+    wt = w.to("tpu").requires_grad_()
+    before = stats()
+    loss = torch.compile(f, backend="tpu", fullgraph=True)(x.to("tpu"), wt)
+    loss.backward()
+    after = stats()
+    assert after["fallbacks"] == before["fallbacks"]
+    assert after["graphs_compiled"] == before["graphs_compiled"] + 2  # forward and backward
+    assert "tpu" not in PY_CALLS
+    wc = w.clone().requires_grad_()
+    want = (x @ wc * torch.sigmoid(1.5 * (x @ wc))).sum()
+    want.backward()
+    torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-5)  # see test_compile._close
+    torch.testing.assert_close(wt.grad.cpu(), wc.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_register_lowering_rejects_what_is_not_an_op():
+    with pytest.raises(TypeError, match="expected an op"):
+        register_lowering(42)
+    with pytest.raises(ValueError, match="qualified op name"):
+        register_lowering("silu_alpha")
