@@ -11,4 +11,5 @@ void init_fused_bindings(pybind11::module_& m);      // fused_bindings.cpp: flus
 void init_cache_bindings(pybind11::module_& m);      // cache_bindings.cpp: the program cache's disk tier
 void init_stablehlo_bindings(pybind11::module_& m);  // stablehlo_bindings.cpp: IR -> StableHLO text
 void init_compile_bindings(pybind11::module_& m);    // compile_bindings.cpp: FX graphs compiled as one program
+void init_distributed_bindings(pybind11::module_& m);  // distributed_bindings.cpp: the tpu c10d backend
 }  // namespace torch_tpu::python

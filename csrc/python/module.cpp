@@ -13,4 +13,5 @@ PYBIND11_MODULE(_C, m) {
   torch_tpu::python::init_cache_bindings(m);
   torch_tpu::python::init_stablehlo_bindings(m);
   torch_tpu::python::init_compile_bindings(m);
+  torch_tpu::python::init_distributed_bindings(m);
 }
