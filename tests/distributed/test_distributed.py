@@ -157,17 +157,19 @@ def test_two_nodes_rendezvous(tmp_path):
 
 
 def test_killed_rank_raises(tmp_path):
-    """Rank 1 exits mid-job; rank 0's next collective raises instead of hanging."""
+    """Rank 1 exits mid-job; rank 0's next collective raises instead of hanging. This launch uses
+    init_process_group("tpu") alone, so CPU tensors go through the tpu backend too."""
     port = _free_port()
     procs = []
     for r in range(2):
         env = _env(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), TPU_TEST_PG_TIMEOUT="20")
+                   MASTER_PORT=str(port), TPU_TEST_PG_TIMEOUT="20", TPU_TEST_BACKEND="tpu")
         procs.append(subprocess.Popen([sys.executable, WORKER, str(tmp_path), "killed"], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     start = time.monotonic()
     log = _finish(procs)
     results = _results(tmp_path, 1)
+    _assert_check(results, "tpu_backend_cpu_tensors", log)
     _assert_check(results, "killed_rank_raises", log)
     detail = results[0]["killed_rank_raises"]["detail"]
     assert "rank 0" in detail or "Connection" in detail or "timed out" in detail.lower(), detail

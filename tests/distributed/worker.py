@@ -449,6 +449,10 @@ def phase_dcp() -> None:
 def phase_killed() -> None:
     t = torch.ones(16, device=DEV)
     dist.all_reduce(t)
+    c = torch.ones(4)  # launched with backend "tpu" alone: CPU tensors go through it too
+    dist.all_reduce(c, op=dist.ReduceOp.AVG)
+    record("tpu_backend_cpu_tensors", dist.group.WORLD._get_backend(torch.device("cpu")).name() == "tpu"
+           and torch.equal(c, torch.ones(4)) and torch.equal(t.cpu(), torch.full((16,), 2.0)))
     if RANK == 1:
         os._exit(3)  # dies without a word, as a crashed or OOM-killed rank would
     start = time.monotonic()
