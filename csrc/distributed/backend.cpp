@@ -91,8 +91,8 @@ TpuBackend::TpuBackend(c10::intrusive_ptr<c10d::Backend> transport, int rank, in
     : c10d::Backend(rank, size), transport_(std::move(transport)) {
   TPU_CHECK_VALUE(transport_, "tpu process group: the transport backend is null");
   TPU_CHECK_VALUE(transport_->getRank() == rank && transport_->getSize() == size,
-                  "tpu process group: the transport has rank ", transport_->getRank(), " of ",
-                  transport_->getSize(), ", expected ", rank, " of ", size);
+                  "tpu process group: the transport has rank ", transport_->getRank(), " of ", transport_->getSize(),
+                  ", expected ", rank, " of ", size);
   issue_thread_ = std::thread([this] { issue_loop(); });
   completion_thread_ = std::thread([this] { completion_loop(); });
 }
@@ -265,8 +265,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce(std::vector<at::Tensor>& te
       for (auto& t : a) t.div_(n);
     };
   }
-  return launch(c10d::OpType::ALLREDUCE, "all_reduce", tensors, tensors,
-                [this, a, o]() mutable { return Works{transport_->allreduce(a, o)}; }, std::move(finish));
+  return launch(
+      c10d::OpType::ALLREDUCE, "all_reduce", tensors, tensors,
+      [this, a, o]() mutable { return Works{transport_->allreduce(a, o)}; }, std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -280,9 +281,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(std::vector<at::T
       for (auto& t : a) t.div_(n);
     };
   }
-  return launch(c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, tensors,
-                [this, a, o]() mutable { return Works{transport_->allreduce_coalesced(a, o)}; },
-                std::move(finish));
+  return launch(
+      c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, tensors,
+      [this, a, o]() mutable { return Works{transport_->allreduce_coalesced(a, o)}; }, std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
@@ -297,8 +298,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce(std::vector<at::Tensor>& tenso
       };
     }
   }
-  return launch(c10d::OpType::REDUCE, "reduce", tensors, tensors,
-                [this, a, o]() mutable { return Works{transport_->reduce(a, o)}; }, std::move(finish));
+  return launch(
+      c10d::OpType::REDUCE, "reduce", tensors, tensors,
+      [this, a, o]() mutable { return Works{transport_->reduce(a, o)}; }, std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -338,10 +340,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_into_tensor_coalesced(std::
   auto ai = host_aliases(inputs);
   auto all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  return launch(c10d::OpType::COALESCED, "all_gather_into_tensor_coalesced", all, outputs,
-                [this, ao, ai, opts]() mutable {
-                  return Works{transport_->allgather_into_tensor_coalesced(ao, ai, opts)};
-                });
+  return launch(
+      c10d::OpType::COALESCED, "all_gather_into_tensor_coalesced", all, outputs,
+      [this, ao, ai, opts]() mutable { return Works{transport_->allgather_into_tensor_coalesced(ao, ai, opts)}; });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -380,9 +381,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter(std::vector<at::Tensor
   }
   auto all = flatten(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
-  return launch(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", all, outputs,
-                [this, ao, ai, o]() mutable { return Works{transport_->reduce_scatter(ao, ai, o)}; },
-                std::move(finish));
+  return launch(
+      c10d::OpType::REDUCE_SCATTER, "reduce_scatter", all, outputs,
+      [this, ao, ai, o]() mutable { return Works{transport_->reduce_scatter(ao, ai, o)}; }, std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -395,9 +396,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::_reduce_scatter_base(at::Tensor& outp
     o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
     finish = [ao, n = getSize()]() mutable { ao.div_(n); };
   }
-  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output, input}, {output},
-                [this, ao, ai, o]() mutable { return Works{transport_->_reduce_scatter_base(ao, ai, o)}; },
-                std::move(finish));
+  return launch(
+      c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output, input}, {output},
+      [this, ao, ai, o]() mutable { return Works{transport_->_reduce_scatter_base(ao, ai, o)}; }, std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -415,11 +416,10 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(std::
   }
   auto all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  return launch(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", all, outputs,
-                [this, ao, ai, o]() mutable {
-                  return Works{transport_->reduce_scatter_tensor_coalesced(ao, ai, o)};
-                },
-                std::move(finish));
+  return launch(
+      c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", all, outputs,
+      [this, ao, ai, o]() mutable { return Works{transport_->reduce_scatter_tensor_coalesced(ao, ai, o)}; },
+      std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -465,9 +465,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recvAnysource(std::vector<at::Tensor>
 c10::intrusive_ptr<c10d::Work> TpuBackend::barrier(const c10d::BarrierOptions& opts) {
   // A barrier orders after the work queued so far on the current tpu device (and flushes it in
   // fused mode), like a collective on a tensor of that device.
-  return launch(c10d::OpType::BARRIER, "barrier", {}, {},
-                [this, opts]() mutable { return Works{transport_->barrier(opts)}; }, {},
-                static_cast<int>(device::current()));
+  return launch(
+      c10d::OpType::BARRIER, "barrier", {}, {}, [this, opts]() mutable { return Works{transport_->barrier(opts)}; }, {},
+      static_cast<int>(device::current()));
 }
 
 }  // namespace torch_tpu::distributed

@@ -1,8 +1,9 @@
 // Python bindings for the tpu process-group backend (csrc/distributed/backend.h). The Python
 // side (torch_tpu/distributed/) creates the Gloo transport and registers the backend with
 // torch.distributed; this only constructs the C++ backend around it.
-#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/utils/pybind.h>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "distributed/backend.h"
 #include "python/bindings.h"
