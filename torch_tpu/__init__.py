@@ -17,6 +17,7 @@ from ._backend import register as _register
 _register()
 
 from . import compile  # noqa: E402  (registers torch.compile(backend="tpu"); Dynamo stays unimported)
+from . import distributed  # noqa: E402  (registers the "tpu" torch.distributed backend)
 from .config import env_vars  # noqa: E402
 from .modes import get_mode, mode, set_mode  # noqa: E402
 from .runtime_info import (  # noqa: E402

@@ -26,7 +26,9 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_PJRT_OPTIONS", "",
        "PJRT client create options, `name=value,...` (`true`/`false`, integers, floats or strings), "
        "e.g. `preallocate=false,memory_fraction=0.5` for the CUDA plugin."},
-      {"TORCH_TPU_NUM_DEVICES", "1", "Number of emulated devices on the host runtime."},
+      {"TORCH_TPU_NUM_DEVICES", "1",
+       "Number of emulated devices on the host runtime. Unset under torchrun: `LOCAL_WORLD_SIZE` "
+       "(so local rank r can use tpu:r)."},
       {"TORCH_TPU_HOST_MEMORY", "",
        "Capacity of each host-runtime device: bytes or a size with a unit (`512MiB`, `8GB`). "
        "Default: half of physical RAM, at most 16 GiB."},

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/check.h"
 #include "common/config.h"
@@ -14,6 +15,13 @@ c10::DeviceIndex count() {
     int64_t v = 1;
     try {
       v = config::get_int("TORCH_TPU_NUM_DEVICES");
+      // Under torchrun, local rank r uses tpu:r (device_id=torch.device("tpu", local_rank),
+      // DeviceMesh): unless set explicitly, emulate as many devices as the node runs ranks.
+      const char* explicit_count = std::getenv("TORCH_TPU_NUM_DEVICES");
+      const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+      if ((explicit_count == nullptr || *explicit_count == '\0') && local_world != nullptr && *local_world) {
+        v = std::max<int64_t>(1, std::strtoll(local_world, nullptr, 10));
+      }
     } catch (...) {
       v = 1;
     }

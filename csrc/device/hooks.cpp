@@ -89,12 +89,28 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     TPU_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
     auto device = storage.device().index();
     FlushCauseScope cause(FlushCause::kResize);
-    synchronize_device(device);  // queued work may still use the old memory
-    c10::DataPtr fresh = DeviceAllocator::get().allocate_on(device, newsize);
     size_t keep = std::min(newsize, impl->nbytes());
+    if (keep > 0) {
+      synchronize_device(device);  // the kept bytes must be final before they are copied
+    } else {
+      flush_pending(device);
+    }
+    c10::DataPtr fresh = DeviceAllocator::get().allocate_on(device, newsize);
     if (keep > 0) std::memcpy(fresh.get(), impl->data(), keep);
-    impl->set_data_ptr_noswap(std::move(fresh));
+    c10::DataPtr old = impl->set_data_ptr(std::move(fresh));
     impl->set_nbytes(newsize);
+    if (keep == 0 && old) {
+      // Nothing to copy (FSDP2 frees and re-allocates parameters with storage.resize_(0/n)):
+      // queued work may still use the old memory, so it returns to the allocator once every
+      // busy stream of the device passed this point, without a host wait. (A host wait here
+      // runs with the GIL held, and a stream worker dropping the last reference of a tensor
+      // whose Python object C++ owns needs the GIL: a deadlock.)
+      auto retired = std::make_shared<c10::DataPtr>(std::move(old));
+      for (int id = 0; id <= kStreamPoolSize; ++id) {
+        c10::Stream s(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+        if (!query_stream(s)) enqueue_fn(s, [retired] {});
+      }
+    }
   }
 };
 

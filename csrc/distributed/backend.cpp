@@ -1,0 +1,473 @@
+#include "distributed/backend.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+
+#include "common/check.h"
+#include "device/device.h"
+#include "device/stream.h"
+
+namespace torch_tpu::distributed {
+
+namespace {
+
+bool is_tpu(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+void check_tensor(const at::Tensor& t, const char* op) {
+  TPU_CHECK_VALUE(t.defined(), op, ": got an undefined tensor");
+  TPU_CHECK_VALUE(t.layout() == at::kStrided, op, ": only dense (strided) tensors are supported, got ", t.layout());
+  TPU_CHECK_VALUE(is_tpu(t) || t.device().is_cpu(), op, ": tensor on ", t.device(),
+                  "; the tpu backend takes tpu (or cpu) tensors");
+}
+
+// A CPU tensor over the same memory (tpu memory is host RAM on the host runtime). The deleter
+// holds a reference to the tpu storage, so the memory outlives the alias.
+at::Tensor host_alias(const at::Tensor& t) {
+  if (!is_tpu(t)) return t;
+  c10::Storage storage = t.storage();
+  return at::from_blob(
+      t.data_ptr(), t.sizes(), t.strides(), [storage](void*) {}, t.options().device(c10::kCPU));
+}
+
+std::vector<at::Tensor> host_aliases(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(host_alias(t));
+  return out;
+}
+
+std::vector<std::vector<at::Tensor>> host_aliases(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<std::vector<at::Tensor>> out;
+  out.reserve(lists.size());
+  for (const auto& l : lists) out.push_back(host_aliases(l));
+  return out;
+}
+
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> out;
+  for (const auto& l : lists) out.insert(out.end(), l.begin(), l.end());
+  return out;
+}
+
+// Gloo has no ReduceOp.AVG: the backend sums and divides afterwards, so the dtype must divide.
+bool is_avg(const c10d::ReduceOp& op, const std::vector<at::Tensor>& tensors, const char* name) {
+  if (!(op == c10d::ReduceOp::AVG)) return false;
+  for (const auto& t : tensors) {
+    TPU_CHECK_VALUE(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()), name,
+                    ": ReduceOp.AVG needs a floating-point dtype, got ", t.scalar_type());
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// TpuWork
+
+TpuWork::TpuWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> result)
+    : c10d::Work(rank, type, title),
+      result_(std::move(result)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())) {}
+
+std::vector<at::Tensor> TpuWork::result() { return result_; }
+
+c10::intrusive_ptr<c10::ivalue::Future> TpuWork::getFuture() { return future_; }
+
+void TpuWork::complete(std::exception_ptr error) {
+  finish(error);  // wait() returns (or rethrows) from here on
+  // Future callbacks (DDP comm hooks) run inline here, on the completion thread.
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(result_));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TpuBackend: threads and the launch path
+
+TpuBackend::TpuBackend(c10::intrusive_ptr<c10d::Backend> transport, int rank, int size)
+    : c10d::Backend(rank, size), transport_(std::move(transport)) {
+  TPU_CHECK_VALUE(transport_, "tpu process group: the transport backend is null");
+  TPU_CHECK_VALUE(transport_->getRank() == rank && transport_->getSize() == size,
+                  "tpu process group: the transport has rank ", transport_->getRank(), " of ", transport_->getSize(),
+                  ", expected ", rank, " of ", size);
+  issue_thread_ = std::thread([this] { issue_loop(); });
+  completion_thread_ = std::thread([this] { completion_loop(); });
+}
+
+TpuBackend::~TpuBackend() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  issue_cv_.notify_all();
+  issue_thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    issue_done_ = true;
+  }
+  completion_cv_.notify_all();
+  completion_thread_.join();
+}
+
+void TpuBackend::setTimeout(std::chrono::milliseconds timeout) {
+  transport_->setTimeout(timeout);
+  c10d::Backend::setTimeout(timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char* title,
+                                                  const std::vector<at::Tensor>& tensors,
+                                                  std::vector<at::Tensor> result, Start start, Finish finish,
+                                                  int barrier_device) {
+  for (const auto& t : tensors) check_tensor(t, title);
+  // Every tpu device whose tensors take part (or the barrier's device) gets an event on its
+  // current stream: recording it flushes pending fused work, and the issue thread waits for it,
+  // so the transport reads values the tpu stream has produced.
+  std::set<c10::DeviceIndex> devices;
+  for (const auto& t : tensors) {
+    if (is_tpu(t)) devices.insert(t.device().index());
+  }
+  if (barrier_device >= 0) devices.insert(static_cast<c10::DeviceIndex>(barrier_device));
+  std::vector<void*> events;
+  try {
+    for (auto d : devices) {
+      void* event = nullptr;
+      events.push_back(nullptr);
+      device::event_record(&event, device::current_stream(d), false);
+      events.back() = event;
+    }
+  } catch (...) {
+    for (void* e : events) device::event_destroy(e);
+    throw;
+  }
+  auto work = c10::make_intrusive<TpuWork>(getRank(), type, title, std::move(result));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    issue_queue_.push_back({std::move(events), std::move(start), std::move(finish), work, title});
+    if (coalescing_) coalesced_.push_back(work);
+  }
+  issue_cv_.notify_one();
+  return work;
+}
+
+std::exception_ptr TpuBackend::describe_error(const char* title, std::exception_ptr error) const {
+  std::string what = "unknown error";
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    what = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  return std::make_exception_ptr(c10::DistBackendError(
+      {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+      c10::str("torch_tpu: ", title, " failed on rank ", getRank(), " of ", getSize(), ": ", what)));
+}
+
+void TpuBackend::issue_loop() {
+  for (;;) {
+    IssueJob job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      issue_cv_.wait(lock, [&] { return stopping_ || !issue_queue_.empty(); });
+      if (issue_queue_.empty()) return;
+      job = std::move(issue_queue_.front());
+      issue_queue_.pop_front();
+    }
+    Works works;
+    std::exception_ptr error;
+    try {
+      for (void* e : job.events) device::event_synchronize(e);
+      works = job.start();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    for (void* e : job.events) device::event_destroy(e);
+    if (error) {
+      job.work->complete(describe_error(job.title, error));
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      completion_queue_.push_back({std::move(works), std::move(job.finish), std::move(job.work), job.title});
+    }
+    completion_cv_.notify_one();
+  }
+}
+
+void TpuBackend::completion_loop() {
+  for (;;) {
+    CompletionJob job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      completion_cv_.wait(lock, [&] { return issue_done_ || !completion_queue_.empty(); });
+      if (completion_queue_.empty()) return;
+      job = std::move(completion_queue_.front());
+      completion_queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      for (auto& w : job.transport_works) w->wait();
+      if (job.finish) job.finish();
+    } catch (...) {
+      error = describe_error(job.title, std::current_exception());
+    }
+    job.work->complete(error);
+  }
+}
+
+void TpuBackend::startCoalescing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TPU_CHECK(!coalescing_, "tpu process group: startCoalescing called twice without endCoalescing");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::endCoalescing() {
+  Works works;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TPU_CHECK(coalescing_, "tpu process group: endCoalescing called without startCoalescing");
+    coalescing_ = false;
+    works = std::move(coalesced_);
+  }
+  std::vector<at::Tensor> result;
+  for (auto& w : works) {
+    auto r = w->result();
+    result.insert(result.end(), r.begin(), r.end());
+  }
+  // The completion thread is FIFO: it reaches this job after the coalesced works completed, so
+  // waiting for them only collects their errors.
+  return launch(c10d::OpType::COALESCED, "coalesced", {}, std::move(result), [works] { return works; });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Collectives: aliases on the calling thread, the transport's operation on the issue thread.
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                     const c10d::BroadcastOptions& opts) {
+  auto a = host_aliases(tensors);
+  return launch(c10d::OpType::BROADCAST, "broadcast", tensors, tensors,
+                [this, a, opts]() mutable { return Works{transport_->broadcast(a, opts)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceOptions& opts) {
+  auto a = host_aliases(tensors);
+  auto o = opts;
+  Finish finish;
+  if (is_avg(opts.reduceOp, tensors, "all_reduce")) {
+    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+    finish = [a, n = getSize()] {
+      for (auto& t : a) t.div_(n);
+    };
+  }
+  return launch(
+      c10d::OpType::ALLREDUCE, "all_reduce", tensors, tensors,
+      [this, a, o]() mutable { return Works{transport_->allreduce(a, o)}; }, std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                               const c10d::AllreduceCoalescedOptions& opts) {
+  auto a = host_aliases(tensors);
+  auto o = opts;
+  Finish finish;
+  if (is_avg(opts.reduceOp, tensors, "all_reduce_coalesced")) {
+    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+    finish = [a, n = getSize()] {
+      for (auto& t : a) t.div_(n);
+    };
+  }
+  return launch(
+      c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, tensors,
+      [this, a, o]() mutable { return Works{transport_->allreduce_coalesced(a, o)}; }, std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  auto a = host_aliases(tensors);
+  auto o = opts;
+  Finish finish;
+  if (is_avg(opts.reduceOp, tensors, "reduce")) {
+    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+    if (getRank() == opts.rootRank) {
+      finish = [a, n = getSize()] {
+        for (auto& t : a) t.div_(n);
+      };
+    }
+  }
+  return launch(
+      c10d::OpType::REDUCE, "reduce", tensors, tensors,
+      [this, a, o]() mutable { return Works{transport_->reduce(a, o)}; }, std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) {
+  auto ao = host_aliases(outputs);
+  auto ai = host_aliases(inputs);
+  auto all = flatten(outputs);
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  return launch(c10d::OpType::ALLGATHER, "all_gather", all, flatten(outputs),
+                [this, ao, ai, opts]() mutable { return Works{transport_->allgather(ao, ai, opts)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                           const c10d::AllgatherOptions& opts) {
+  auto ao = host_alias(output);
+  auto ai = host_alias(input);
+  return launch(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output, input}, {output},
+                [this, ao, ai, opts]() mutable { return Works{transport_->_allgather_base(ao, ai, opts)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                               std::vector<at::Tensor>& inputs,
+                                                               const c10d::AllgatherOptions& opts) {
+  auto ao = host_aliases(outputs);
+  auto ai = host_aliases(inputs);
+  auto all = flatten(outputs);
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  return launch(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", all, flatten(outputs),
+                [this, ao, ai, opts]() mutable { return Works{transport_->allgather_coalesced(ao, ai, opts)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                           std::vector<at::Tensor>& inputs,
+                                                                           const c10d::AllgatherOptions& opts) {
+  auto ao = host_aliases(outputs);
+  auto ai = host_aliases(inputs);
+  auto all = outputs;
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  return launch(
+      c10d::OpType::COALESCED, "all_gather_into_tensor_coalesced", all, outputs,
+      [this, ao, ai, opts]() mutable { return Works{transport_->allgather_into_tensor_coalesced(ao, ai, opts)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                  std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  auto ao = host_aliases(outputs);
+  auto ai = host_aliases(inputs);
+  auto all = flatten(outputs);
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  return launch(c10d::OpType::GATHER, "gather", all, flatten(outputs),
+                [this, ao, ai, opts]() mutable { return Works{transport_->gather(ao, ai, opts)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::scatter(std::vector<at::Tensor>& outputs,
+                                                   std::vector<std::vector<at::Tensor>>& inputs,
+                                                   const c10d::ScatterOptions& opts) {
+  auto ao = host_aliases(outputs);
+  auto ai = host_aliases(inputs);
+  auto all = flatten(inputs);
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  return launch(c10d::OpType::SCATTER, "scatter", all, outputs,
+                [this, ao, ai, opts]() mutable { return Works{transport_->scatter(ao, ai, opts)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                          std::vector<std::vector<at::Tensor>>& inputs,
+                                                          const c10d::ReduceScatterOptions& opts) {
+  auto ao = host_aliases(outputs);
+  auto ai = host_aliases(inputs);
+  auto o = opts;
+  Finish finish;
+  if (is_avg(opts.reduceOp, outputs, "reduce_scatter")) {
+    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+    finish = [ao, n = getSize()] {
+      for (auto t : ao) t.div_(n);
+    };
+  }
+  auto all = flatten(inputs);
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  return launch(
+      c10d::OpType::REDUCE_SCATTER, "reduce_scatter", all, outputs,
+      [this, ao, ai, o]() mutable { return Works{transport_->reduce_scatter(ao, ai, o)}; }, std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                const c10d::ReduceScatterOptions& opts) {
+  auto ao = host_alias(output);
+  auto ai = host_alias(input);
+  auto o = opts;
+  Finish finish;
+  if (is_avg(opts.reduceOp, {output}, "reduce_scatter_tensor")) {
+    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+    finish = [ao, n = getSize()]() mutable { ao.div_(n); };
+  }
+  return launch(
+      c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output, input}, {output},
+      [this, ao, ai, o]() mutable { return Works{transport_->_reduce_scatter_base(ao, ai, o)}; }, std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                           std::vector<at::Tensor>& inputs,
+                                                                           const c10d::ReduceScatterOptions& opts) {
+  auto ao = host_aliases(outputs);
+  auto ai = host_aliases(inputs);
+  auto o = opts;
+  Finish finish;
+  if (is_avg(opts.reduceOp, outputs, "reduce_scatter_tensor_coalesced")) {
+    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+    finish = [ao, n = getSize()] {
+      for (auto t : ao) t.div_(n);
+    };
+  }
+  auto all = outputs;
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  return launch(
+      c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", all, outputs,
+      [this, ao, ai, o]() mutable { return Works{transport_->reduce_scatter_tensor_coalesced(ao, ai, o)}; },
+      std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                         std::vector<int64_t>& output_splits,
+                                                         std::vector<int64_t>& input_splits,
+                                                         const c10d::AllToAllOptions& opts) {
+  auto ao = host_alias(output);
+  auto ai = host_alias(input);
+  return launch(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output, input}, {output},
+                [this, ao, ai, output_splits, input_splits, opts]() mutable {
+                  return Works{transport_->alltoall_base(ao, ai, output_splits, input_splits, opts)};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                    const c10d::AllToAllOptions& opts) {
+  auto ao = host_aliases(outputs);
+  auto ai = host_aliases(inputs);
+  auto all = outputs;
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  return launch(c10d::OpType::ALLTOALL, "all_to_all", all, outputs,
+                [this, ao, ai, opts]() mutable { return Works{transport_->alltoall(ao, ai, opts)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  auto a = host_aliases(tensors);
+  return launch(c10d::OpType::SEND, "send", tensors, tensors,
+                [this, a, dst, tag]() mutable { return Works{transport_->send(a, dst, tag)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  auto a = host_aliases(tensors);
+  return launch(c10d::OpType::RECV, "recv", tensors, tensors,
+                [this, a, src, tag]() mutable { return Works{transport_->recv(a, src, tag)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  auto a = host_aliases(tensors);
+  return launch(c10d::OpType::RECVANYSOURCE, "recv", tensors, tensors,
+                [this, a, tag]() mutable { return Works{transport_->recvAnysource(a, tag)}; });
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::barrier(const c10d::BarrierOptions& opts) {
+  // A barrier orders after the work queued so far on the current tpu device (and flushes it in
+  // fused mode), like a collective on a tensor of that device.
+  return launch(
+      c10d::OpType::BARRIER, "barrier", {}, {}, [this, opts]() mutable { return Works{transport_->barrier(opts)}; }, {},
+      static_cast<int>(device::current()));
+}
+
+}  // namespace torch_tpu::distributed
