@@ -15,7 +15,9 @@ const std::vector<EnvVar>& registry() {
        "are recorded and run as fused graphs at sync points). Python: torch_tpu.set_mode()."},
       {"TORCH_TPU_LAUNCH_BLOCKING", "0", "`1` selects debug mode (overrides TORCH_TPU_MODE)."},
       {"TORCH_TPU_DEFER_AND_FUSE", "0", "`1` selects fused mode (DeferAndFuse; overrides TORCH_TPU_MODE)."},
-      {"TORCH_TPU_RUNTIME", "host", "Runtime that executes programs: `host` (embedded, always available)."},
+      {"TORCH_TPU_RUNTIME", "host",
+       "Runtime that executes programs: `host` (embedded, always available); `jax` (development: "
+       "every program runs as StableHLO on JAX's CPU backend; needs jax, see docs/stablehlo.md)."},
       {"TORCH_TPU_NUM_DEVICES", "1", "Number of emulated devices on the host runtime."},
       {"TORCH_TPU_HOST_MEMORY", "",
        "Capacity of each host-runtime device: bytes or a size with a unit (`512MiB`, `8GB`). "

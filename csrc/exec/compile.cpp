@@ -5,6 +5,7 @@
 #include "exec/call.h"
 #include "exec/mode.h"
 #include "ir/verifier.h"
+#include "runtime/jax/jax_runtime.h"
 
 namespace torch_tpu::exec {
 
@@ -14,7 +15,8 @@ runtime::Runtime& selected_runtime() {
     TPU_CHECK_NOT_IMPLEMENTED(name != "pjrt",
                               "TORCH_TPU_RUNTIME=pjrt: the PJRT runtime is not part of this build yet; "
                               "use TORCH_TPU_RUNTIME=host (the default)");
-    TPU_CHECK_VALUE(name == "host", "unknown TORCH_TPU_RUNTIME '", name, "' (expected 'host' or 'pjrt')");
+    if (name == "jax") return &runtime::jax::jax_runtime();
+    TPU_CHECK_VALUE(name == "host", "unknown TORCH_TPU_RUNTIME '", name, "' (expected 'host', 'jax' or 'pjrt')");
     return &runtime::host_runtime();
   }();
   return *rt;
