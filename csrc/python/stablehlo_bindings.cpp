@@ -32,8 +32,9 @@ void init_stablehlo_bindings(py::module_& m) {
       },
       py::arg("nodes"), py::arg("outputs"), py::arg("module_name") = "torch_tpu",
       "MLIR text (StableHLO) of the wire-format graph `nodes` computing `outputs`; see csrc/stablehlo/emitter.h.");
-  m.def("_set_jax_engine", [](const py::object& engine) { runtime::jax::set_engine(engine); }, py::arg("engine"),
-        "Installs the engine of TORCH_TPU_RUNTIME=jax (torch_tpu/jax_runtime.py); see csrc/runtime/jax/jax_runtime.h.");
+  m.def(
+      "_set_jax_engine", [](const py::object& engine) { runtime::jax::set_engine(engine); }, py::arg("engine"),
+      "Installs the engine of TORCH_TPU_RUNTIME=jax (torch_tpu/jax_runtime.py); see csrc/runtime/jax/jax_runtime.h.");
 }
 
 }  // namespace torch_tpu::python

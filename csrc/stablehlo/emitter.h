@@ -50,8 +50,8 @@ struct Argument {
 };
 
 struct Module {
-  std::string text;                  // MLIR text
-  std::vector<Argument> arguments;   // @main's arguments, in order
+  std::string text;                 // MLIR text
+  std::vector<Argument> arguments;  // @main's arguments, in order
 };
 
 // The module computing `outputs` of `graph`, with its argument list. Throws

@@ -66,8 +66,7 @@ class JaxExecutable final : public Executable {
 
   ExecutableStats stats() const override { return {1, 0, 0}; }
 
-  void run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
-           RngState rng) const override {
+  void run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs, RngState rng) const override {
     InternalDispatchGuard guard;
     set_last_failed_node(-1);
     // Which result each target takes, checked before anything runs.
@@ -99,8 +98,7 @@ class JaxExecutable final : public Executable {
     // into overlapping memory wins), several of one node in the order given.
     std::vector<size_t> order(outputs.size());
     std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return outputs[a].node < outputs[b].node; });
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return outputs[a].node < outputs[b].node; });
     for (size_t k : order) {
       const Binding& dest = outputs[k].dest;
       const at::Tensor& v = values[result_of[k]];
