@@ -13,7 +13,10 @@ from . import _C
 
 def register() -> None:
     _C._pjrt_set_search_path(sys.path)  # where PJRT plugins are discovered (only stat() calls)
-    _C._runtime_name()  # validates TORCH_TPU_RUNTIME now, with a clear error, not at the first op
+    if _C._runtime_name() == "jax":  # validates TORCH_TPU_RUNTIME now, with a clear error, not at the first op
+        from . import jax_runtime  # imports jax: only for this runtime
+
+        jax_runtime.install()
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")
     from . import device as device_module

@@ -6,14 +6,16 @@
 #include "exec/mode.h"
 #include "ir/verifier.h"
 #include "runtime/pjrt/pjrt_runtime.h"
+#include "runtime/jax/jax_runtime.h"
 
 namespace torch_tpu::exec {
 
 runtime::Runtime& selected_runtime() {
   static runtime::Runtime* rt = [] {
     std::string name = config::get("TORCH_TPU_RUNTIME");
-    TPU_CHECK_VALUE(name == "host" || name == "pjrt" || name == "auto", "unknown TORCH_TPU_RUNTIME '", name,
-                    "' (expected 'host', 'pjrt' or 'auto')");
+    TPU_CHECK_VALUE(name == "host" || name == "pjrt" || name == "auto" || name == "jax",
+                    "unknown TORCH_TPU_RUNTIME '", name, "' (expected 'host', 'pjrt', 'auto' or 'jax')");
+    if (name == "jax") return &runtime::jax::jax_runtime();
     if (name != "host") {
       if (runtime::Runtime* pjrt = pjrt::pjrt_runtime(/*required=*/name == "pjrt")) return pjrt;
     }

@@ -1,5 +1,6 @@
 // Python binding of the StableHLO emitter, used by tests/stablehlo (which run the emitted module
-// on JAX's CPU backend) and by tools that want to look at the StableHLO of a program.
+// on JAX's CPU backend) and by tools that want to look at the StableHLO of a program; and the
+// hook through which torch_tpu.jax_runtime installs the JAX runtime's engine.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -9,6 +10,7 @@
 #include "ir/verifier.h"
 #include "python/bindings.h"
 #include "python/ir_convert.h"
+#include "runtime/jax/jax_runtime.h"
 #include "stablehlo/emitter.h"
 
 namespace py = pybind11;
@@ -30,6 +32,9 @@ void init_stablehlo_bindings(py::module_& m) {
       },
       py::arg("nodes"), py::arg("outputs"), py::arg("module_name") = "torch_tpu",
       "MLIR text (StableHLO) of the wire-format graph `nodes` computing `outputs`; see csrc/stablehlo/emitter.h.");
+  m.def(
+      "_set_jax_engine", [](const py::object& engine) { runtime::jax::set_engine(engine); }, py::arg("engine"),
+      "Installs the engine of TORCH_TPU_RUNTIME=jax (torch_tpu/jax_runtime.py); see csrc/runtime/jax/jax_runtime.h.");
 }
 
 }  // namespace torch_tpu::python

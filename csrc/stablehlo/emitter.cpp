@@ -473,7 +473,7 @@ Val emit_node(Body& b, const ir::Node& n, const std::vector<Val>& in) {
 
 }  // namespace
 
-std::string emit_stablehlo(const ir::Graph& g, const std::vector<int32_t>& outputs, const EmitOptions& options) {
+Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, const EmitOptions& options) {
   if (options.verify) ir::verify(g);
   for (char c : options.module_name)
     TPU_CHECK_VALUE(std::isalnum(static_cast<unsigned char>(c)) || c == '_', "StableHLO emitter: module name '",
@@ -494,7 +494,7 @@ std::string emit_stablehlo(const ir::Graph& g, const std::vector<int32_t>& outpu
   bool rng = false;
   for (int32_t i = 0; i < g.size(); ++i) {
     const ir::Node& n = g.node(i);
-    if (n.kind != OpKind::kParameter) continue;
+    if (n.kind != OpKind::kParameter || (options.live_arguments_only && !live[static_cast<size_t>(i)])) continue;
     const int64_t binding = n.iattrs.at(0);
     if (binding < 0) {
       rng = true;
@@ -504,17 +504,20 @@ std::string emit_stablehlo(const ir::Graph& g, const std::vector<int32_t>& outpu
     TPU_CHECK_VALUE(fresh || (it->second->dtype == n.dtype && it->second->shape == n.shape),
                     "StableHLO emitter: parameter binding ", binding, " used with two types");
   }
+  Module module;
   std::map<int64_t, std::string> arg_of;
   std::vector<TType> arg_types;
   for (const auto& [binding, node] : bindings) {
     arg_of[binding] = "%arg" + std::to_string(arg_types.size());
     arg_types.push_back({elem_of(node->dtype), node->shape});
+    module.arguments.push_back({binding, node->dtype, node->shape});
   }
   if (rng) {
-    arg_of[ir::kRngSeedBinding] = "%arg" + std::to_string(arg_types.size());
-    arg_types.push_back({"i64", {}});
-    arg_of[ir::kRngOffsetBinding] = "%arg" + std::to_string(arg_types.size());
-    arg_types.push_back({"i64", {}});
+    for (int64_t binding : {ir::kRngSeedBinding, ir::kRngOffsetBinding}) {
+      arg_of[binding] = "%arg" + std::to_string(arg_types.size());
+      arg_types.push_back({"i64", {}});
+      module.arguments.push_back({binding, ir::DType::kI64, {}});
+    }
   }
 
   std::string body;
@@ -553,7 +556,12 @@ std::string emit_stablehlo(const ir::Graph& g, const std::vector<int32_t>& outpu
   }
   text += types + ") {\n" + body;
   text += outputs.empty() ? "    return\n" : "    return " + refs + " : " + types + "\n";
-  return text + "  }\n}\n";
+  module.text = text + "  }\n}\n";
+  return module;
+}
+
+std::string emit_stablehlo(const ir::Graph& g, const std::vector<int32_t>& outputs, const EmitOptions& options) {
+  return emit_module(g, outputs, options).text;
 }
 
 }  // namespace torch_tpu::stablehlo

@@ -35,10 +35,31 @@ namespace torch_tpu::stablehlo {
 struct EmitOptions {
   std::string module_name = "torch_tpu";  // the MLIR module's symbol (@name); [A-Za-z0-9_] only
   bool verify = true;                     // run ir::verify() first (throws ir::VerifyError)
+  // Only parameters some output depends on become arguments (and the RNG pair only if a live
+  // node reads it). Runtimes set it: a parameter nothing reads (an out= target) may be bound to
+  // memory whose shape no longer matches (it was resized), and need not be transferred.
+  bool live_arguments_only = false;
 };
 
-// The MLIR text module computing `outputs` of `graph`. Throws c10::NotImplementedError for an op
-// or dtype without a faithful translation, c10::ValueError for bad outputs or parameters.
+// One argument of the emitted function: the binding it reads (>= 0, or ir::kRngSeedBinding /
+// ir::kRngOffsetBinding) and its type, which is the parameter node's.
+struct Argument {
+  int64_t binding = 0;
+  ir::DType dtype = ir::DType::kF32;
+  std::vector<int64_t> shape;
+};
+
+struct Module {
+  std::string text;                 // MLIR text
+  std::vector<Argument> arguments;  // @main's arguments, in order
+};
+
+// The module computing `outputs` of `graph`, with its argument list. Throws
+// c10::NotImplementedError for an op or dtype without a faithful translation, c10::ValueError for
+// bad outputs or parameters.
+Module emit_module(const ir::Graph& graph, const std::vector<int32_t>& outputs, const EmitOptions& options = {});
+
+// emit_module(...).text.
 std::string emit_stablehlo(const ir::Graph& graph, const std::vector<int32_t>& outputs,
                            const EmitOptions& options = {});
 
