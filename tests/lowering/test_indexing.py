@@ -57,8 +57,10 @@ def test_advanced_indexing(name):
         shape = t[tuple(slice(None) if i is None else i for i in inds)].shape
         vals = torch.randn(shape[-1:]).to(t.dtype)
         check(aten.index_put.default, t, inds, vals, False)
+        check(aten._index_put_impl.default, t, inds, vals, False, False)
         if t.dtype != torch.bool:
             check(aten.index_put.default, t, inds, vals, True)
+            check(aten._index_put_impl.default, t, inds, vals, True, True)
     # duplicates accumulate
     check(aten.index_put.default, INPUTS["f64"], [I([1, 1, 1])], torch.ones(1, 1, 1, dtype=torch.float64), True)
     with pytest.raises((IndexError, RuntimeError)):

@@ -907,12 +907,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('nn.functional.embedding', '', 'float32', 'debug'): 'no lowering for aten::embedding_renorm',
     ('nn.functional.embedding', '', 'float32', 'strict'): 'no lowering for aten::embedding_renorm',
     ('nn.functional.embedding', '', 'float64', 'strict'): 'no lowering for aten::embedding_renorm',
-    # no lowering: no lowering for aten::histc — 1 entries, 5 checks
-    ('histc', '', 'bfloat16', 'strict'): 'no lowering for aten::histc',
-    ('histc', '', 'float16', 'strict'): 'no lowering for aten::histc',
-    ('histc', '', 'float32', 'debug'): 'no lowering for aten::histc',
-    ('histc', '', 'float32', 'strict'): 'no lowering for aten::histc',
-    ('histc', '', 'float64', 'strict'): 'no lowering for aten::histc',
     # no lowering: no lowering for aten::linalg_householder_product — 1 entries, 5 checks
     ('linalg.householder_product', '', 'float32', 'debug'): 'no lowering for aten::linalg_householder_product',
     ('linalg.householder_product', '', 'float32', 'grad'): 'no lowering for aten::linalg_householder_product',

@@ -336,6 +336,14 @@ def index_put(b: GraphBuilder, x: Value, indices: Sequence[Value | None], values
     return b.transpose(out, [perm_in.index(d) for d in range(x.rank)])
 
 
+@register(aten._index_put_impl.default)
+def index_put_impl(b: GraphBuilder, x: Value, indices: Sequence[Value | None], values: Value,
+                   accumulate: bool = False, unsafe: bool = False) -> Value:
+    """The functional form of _index_put_impl_ (what index_put_ and index backward call); `unsafe`
+    only skips CPU's bounds checks, which the lowering always performs."""
+    return index_put(b, x, indices, values, accumulate)
+
+
 # -- masked ops ---------------------------------------------------------------------------------
 
 @register(aten.masked_scatter.default)

@@ -1,0 +1,110 @@
+"""Steps/s of Hugging Face models (forward, and a training step) on "tpu" strict and fused vs
+native CPU eager, all in one process, printed as ratios.
+
+Run: PYTHONPATH=. .venv/bin/python bench/models.py [--steps N] [--models gpt2,llama,bert,t5,vit]
+
+Models: GPT-2, Llama, BERT, T5 and ViT at "tiny but not trivial" sizes (width 128, 4 layers,
+4 heads, vocabulary 1000, batch 4 x 64 tokens; ViT on 64x64 images, patch 8), random init.
+A training step is forward + loss.backward + AdamW step. Each configuration warms up first
+(compiles every program), then is timed; the devices run interleaved per model, so a load
+spike on the shared machine hits all of them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import torch
+
+import torch_tpu
+
+BATCH, SEQ, VOCAB, WIDTH, LAYERS, HEADS = 4, 64, 1000, 128, 4, 4
+
+
+def build(name: str) -> tuple[torch.nn.Module, dict]:
+    import transformers as tf
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, VOCAB, (BATCH, SEQ), generator=g)
+    if name == "gpt2":
+        m = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=VOCAB, n_embd=WIDTH, n_layer=LAYERS, n_head=HEADS,
+                                             n_positions=SEQ, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0))
+        return m, {"input_ids": ids, "labels": ids}
+    if name == "llama":
+        m = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=4 * WIDTH,
+                                               num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                               num_key_value_heads=HEADS // 2, max_position_embeddings=SEQ))
+        return m, {"input_ids": ids, "labels": ids}
+    if name == "bert":
+        m = tf.BertForMaskedLM(tf.BertConfig(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=LAYERS,
+                                             num_attention_heads=HEADS, intermediate_size=4 * WIDTH,
+                                             max_position_embeddings=SEQ, hidden_dropout_prob=0,
+                                             attention_probs_dropout_prob=0))
+        return m, {"input_ids": ids, "labels": ids}
+    if name == "t5":
+        m = tf.T5ForConditionalGeneration(tf.T5Config(vocab_size=VOCAB, d_model=WIDTH, d_kv=WIDTH // HEADS,
+                                                      d_ff=4 * WIDTH, num_layers=LAYERS // 2,
+                                                      num_decoder_layers=LAYERS // 2, num_heads=HEADS,
+                                                      dropout_rate=0, decoder_start_token_id=0))
+        return m, {"input_ids": ids, "labels": ids}
+    if name == "vit":
+        m = tf.ViTForImageClassification(tf.ViTConfig(image_size=64, patch_size=8, hidden_size=WIDTH,
+                                                      num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                                      intermediate_size=4 * WIDTH, num_labels=10,
+                                                      hidden_dropout_prob=0, attention_probs_dropout_prob=0))
+        return m, {"pixel_values": torch.randn(BATCH, 3, 64, 64, generator=g),
+                   "labels": torch.randint(0, 10, (BATCH,), generator=g)}
+    raise ValueError(name)
+
+
+def steps_per_second(model: torch.nn.Module, inputs: dict, device: str, train: bool, steps: int,
+                     warmup: int = 2) -> float:
+    model = copy.deepcopy(model).to(device)
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4) if train else None
+    model.train(train)
+
+    def step() -> torch.Tensor:
+        if not train:
+            with torch.no_grad():
+                return model(**inputs).logits
+        loss = model(**inputs).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(warmup):
+        step().sum().item()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        out = step()
+    out.sum().item()  # wait for the device
+    return steps / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--models", default="gpt2,llama,bert,t5,vit")
+    args = ap.parse_args()
+    import transformers
+    transformers.logging.set_verbosity_error()
+    print(f"{'model':6} {'what':8} {'cpu':>8} {'strict':>8} {'fused':>8} {'strict/cpu':>11} {'fused/cpu':>10}"
+          "   (steps/s)")
+    for name in args.models.split(","):
+        model, inputs = build(name)
+        for train in (False, True):
+            sps = {"cpu": steps_per_second(model, inputs, "cpu", train, args.steps)}
+            for mode in ("strict", "fused"):
+                with torch_tpu.mode(mode):
+                    sps[mode] = steps_per_second(model, inputs, "tpu", train, args.steps)
+            what = "train" if train else "forward"
+            print(f"{name:6} {what:8} {sps['cpu']:8.2f} {sps['strict']:8.2f} {sps['fused']:8.2f} "
+                  f"{sps['strict'] / sps['cpu']:10.2f}x {sps['fused'] / sps['cpu']:9.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""CI subset of the model coverage sweep (tools/model_sweep): a fixed, representative set of
+architectures runs forward and one AdamW training step on "tpu" in strict and fused modes and
+must match CPU. The full sweep (every architecture) is `python -m tools.model_sweep.sweep`.
+
+The subset spans the families the sweep covers: decoder LMs (GPT-2, Llama, Qwen2), an encoder
+(BERT), encoder-decoders (T5, BART), vision (ViT, ConvNeXt) and speech (Whisper, Moonshine).
+CTC heads (Wav2Vec2) wait for a ctc_loss lowering, and the batch-norm CNNs (ResNet, MobileNet)
+for the train-step numerics difference listed in docs/model-coverage.md.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.model_sweep.check import run_target
+from tools.model_sweep.tiny_configs import architectures
+
+SUBSET = ["gpt2", "llama", "qwen2", "bert", "t5", "bart", "vit", "convnext", "whisper", "moonshine"]
+TARGETS = {t.model_type: t for t in architectures(set(SUBSET))}
+
+
+@pytest.mark.parametrize("model_type", SUBSET)
+def test_model_matches_cpu(model_type):
+    rec = run_target(TARGETS[model_type])
+    assert "setup_error" not in rec, rec.get("setup_error")
+    failures = {f"{mode} {kind}": rec[mode][kind] for mode in ("strict", "fused") for kind in ("forward", "train")
+                if rec[mode][kind]["class"] != "pass"}
+    assert not failures, failures
