@@ -222,7 +222,7 @@ def decompositions() -> dict:
             if isinstance(op, torch._ops.OpOverload) and lookup(op) is None}
 
 
-_RECOMPILED_FRAMES: set[tuple] = set()
+_LAST_CONTEXT: object = None  # the frame compile last counted as a recompile
 
 
 def _note_recompile(gm: fx.GraphModule) -> None:
@@ -235,13 +235,13 @@ def _note_recompile(gm: fx.GraphModule) -> None:
     """
     from torch._guards import CompileContext
 
-    cid = CompileContext.current_compile_id()
-    if cid is None or not cid.frame_compile_id:
+    global _LAST_CONTEXT
+    ctx = CompileContext.try_get()
+    cid = None if ctx is None else ctx.compile_id
+    if cid is None or not cid.frame_compile_id or ctx is _LAST_CONTEXT:
         return
-    key = (cid.frame_id, cid.frame_compile_id, cid.compiled_autograd_id)
-    if key in _RECOMPILED_FRAMES:
-        return
-    _RECOMPILED_FRAMES.add(key)
+    # The context object is the frame compile's identity: ids restart after torch._dynamo.reset().
+    _LAST_CONTEXT = ctx
     reason = None
     try:
         from torch._dynamo.utils import get_metrics_context
