@@ -144,6 +144,10 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     node_names_[i] = "%" + std::to_string(i) + " " + ir::op_name(node.kind);
     if (node.kind == ir::OpKind::kParameter) {
       params_.push_back({i, node.iattrs.at(0), to_aten(node.dtype), node.shape});
+      if (int64_t b = node.iattrs.at(0); b >= 0) {
+        if (reads_binding_.size() <= static_cast<size_t>(b)) reads_binding_.resize(b + 1, false);
+        reads_binding_[b] = true;
+      }
       continue;
     }
     if (!options.fuse || !is_fusible(graph, i)) {
@@ -253,8 +257,12 @@ void HostExecutable::run(const std::vector<Binding>& inputs,
     // would corrupt the program; those outputs are computed aside and copied at the end.
     auto range = byte_range(o.dest);
     bool clash = false;
-    for (const Binding& in : inputs) {
-      clash |= in.kind == Binding::Kind::Tensor && in.data && overlaps(range, byte_range(in));
+    // Only bindings that a live parameter reads count: an op's `out=` argument is passed as a
+    // binding too, and is usually the very memory the output goes to.
+    for (size_t b = 0; b < inputs.size() && b < reads_binding_.size(); ++b) {
+      const Binding& in = inputs[b];
+      clash |= reads_binding_[b] && in.kind == Binding::Kind::Tensor && in.data &&
+               overlaps(range, byte_range(in));
     }
     for (size_t j = 0; j < outputs.size() && !clash; ++j) {
       clash = j != k && outputs[j].dest.data && dests[j].tensor.numel() > 0 &&

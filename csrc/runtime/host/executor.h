@@ -25,7 +25,8 @@
 //    TORCH_TPU_HOST_FUSION=0 (HostOptions::fuse).
 // run() wraps tensor bindings with at::from_blob (no copies; `snapshot` bindings are cloned),
 // then evaluates the steps in order. An output whose destination has the node's dtype and
-// shape and overlaps neither an input binding nor another destination is computed directly
+// shape and overlaps neither an input binding the program reads (an op's unread `out=`
+// argument does not count) nor another destination is computed directly
 // into the destination (ATen `_out` variants, or a cluster's stores); any other output is
 // computed and then copied (copy_ converts the dtype).
 // ATen is called with autograd and Python dispatch keys excluded, so user dispatch modes and
@@ -78,6 +79,7 @@ class HostExecutable final : public Executable {
   std::vector<std::vector<int64_t>> output_shape_;  // per node id (outputs only)
   std::vector<bool> is_output_;                     // per node id: may be requested by run()
   std::vector<Param> params_;
+  std::vector<bool> reads_binding_;  // per binding index: some live parameter reads it
   std::vector<Step> steps_;
   std::vector<std::string> node_names_;  // per live node: "%3 add" (describe())
 };

@@ -621,8 +621,13 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
 
   const bool use_sleef = sleef().unary[kExp] != nullptr;
   at::parallel_for(0, num_tiles, std::max<int64_t>(1, at::internal::GRAIN_SIZE / tile), [&](int64_t t0, int64_t t1) {
-    std::vector<float> buf(static_cast<size_t>(num_slots_) * tile, 0.f);
-    auto slot = [&](int16_t s) { return s < 0 ? nullptr : buf.data() + s * tile; };
+    // Per-thread scratch, reused across runs: a fresh vector per run cost a malloc (often
+    // above glibc's fastbin sizes, so it consolidated the heap) plus a zero fill.
+    thread_local std::vector<float> scratch;
+    const size_t need = static_cast<size_t>(num_slots_) * tile;
+    if (scratch.size() < need) scratch.assign(need, 0.f);
+    float* buf = scratch.data();
+    auto slot = [&](int16_t s) { return s < 0 ? nullptr : buf + s * tile; };
     // Splats and uniform inputs are the same for every tile: filled once.
     for (auto [s, v] : splats_) std::fill_n(slot(s), tile, v);
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -636,7 +641,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
       for (size_t i = 0; i < inputs_.size(); ++i) {
         if (!uniform[i]) load(in_acc[i], start, n, slot(inputs_[i].slot));
       }
-      // Lanes past n hold stale finite data from earlier tiles (or zeros): computed, never stored.
+      // Lanes past n hold stale data from earlier tiles or runs (or zeros): computed, never stored.
       for (const Instr& in : program_) {
         float* d = slot(in.dst);
         if (!(use_sleef && exec_sleef(in.op, d, slot(in.a), slot(in.b), n8))) {

@@ -1,6 +1,9 @@
 // Elementwise IR ops (unary, binary, compare, select, convert) and leaves (constant, iota).
 // Each maps to the ATen op builder.py's reference uses, so results match it bit for bit; the
 // `_out` variants write straight into an output destination.
+#include <ATen/Dispatch.h>
+#include <c10/util/TypeCast.h>
+
 #include <cmath>
 
 #include "common/check.h"
@@ -180,6 +183,19 @@ Kernel compare_kernel(int64_t dir, int32_t x, int32_t y) {
   return {};
 }
 
+// dst (0-d) = src (one element) converted like ATen's copy_ converts.
+void convert_scalar(const at::Tensor& src, at::Tensor& dst) {
+  TPU_CHECK(src.numel() == 1 && dst.numel() == 1, "host runtime: scalar convert of ", src.numel(),
+            " elements");
+  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, src.scalar_type(), "convert_src", [&] {
+    const scalar_t x = *src.const_data_ptr<scalar_t>();
+    using src_t = scalar_t;
+    AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dst.scalar_type(), "convert_dst", [&] {
+      *dst.mutable_data_ptr<scalar_t>() = c10::convert<scalar_t, src_t>(x);
+    });
+  });
+}
+
 }  // namespace
 
 Kernel make_elementwise_kernel(const ir::Graph& g, int32_t id) {
@@ -218,6 +234,15 @@ Kernel make_elementwise_kernel(const ir::Graph& g, int32_t id) {
     }
     case OpKind::kConvert: {
       int32_t x = n.operands[0];
+      if (n.shape.empty()) {
+        // 0-d (Python scalars: learning rates, alphas, step counts): one c10::convert, which
+        // is the conversion ATen's copy kernel applies per element, without a TensorIterator.
+        return [x, dtype](const Values& v, at::Tensor* out) {
+          at::Tensor r = out ? *out : at::empty({}, at::TensorOptions().dtype(dtype));
+          convert_scalar(v[x], r);
+          return r;
+        };
+      }
       return [x, dtype](const Values& v, at::Tensor* out) {
         return out ? out->copy_(v[x]) : v[x].to(dtype);  // copy_ converts like .to()
       };
