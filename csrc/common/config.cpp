@@ -17,7 +17,7 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_DEFER_AND_FUSE", "0", "`1` selects fused mode (DeferAndFuse; overrides TORCH_TPU_MODE)."},
       {"TORCH_TPU_RUNTIME", "auto",
        "Runtime that executes programs: `host` (embedded, always available), `pjrt` (a PJRT plugin; "
-       "fails naming what was looked for when there is none) `auto` (pjrt when "
+       "fails naming what was looked for when there is none), `auto` (pjrt when "
        "TORCH_TPU_PJRT_PLUGIN is set or a plugin is discovered and usable, else host) or `jax` "
        "(development: every program runs as StableHLO on JAX's CPU backend; needs jax, see "
        "docs/stablehlo.md)."},
