@@ -991,9 +991,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     # no lowering: no lowering for aten::_embedding_bag — 1 entries, 2 checks
     ('nn.functional.embedding_bag', '', 'float32', 'grad'): 'no lowering for aten::_embedding_bag',
     ('nn.functional.embedding_bag', '', 'float64', 'grad'): 'no lowering for aten::_embedding_bag',
-    # no lowering: no lowering for aten::_index_put_impl — 1 entries, 2 checks
-    ('__getitem__', '', 'float32', 'grad'): 'no lowering for aten::_index_put_impl',
-    ('__getitem__', '', 'float64', 'grad'): 'no lowering for aten::_index_put_impl',
     # no lowering: no lowering for aten::_unique — 1 entries, 2 checks
     ('index_fill', '', 'float32', 'grad'): 'no lowering for aten::_unique',
     ('index_fill', '', 'float64', 'grad'): 'no lowering for aten::_unique',
