@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <mutex>
 #include <unordered_map>
 
@@ -292,40 +291,6 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
   if (!st.device_known) st.device = c10::Device(kTpu, device::current());
 }
 
-// Run-ahead bounded by memory. Every queued program's new outputs hold their own blocks, so
-// large ops queued far ahead (the stream allows 64) make the worker write, and the next ops
-// read, more memory than the caches hold: a stream of 512x512 float adds ran 1.2-1.6x slower
-// end to end with up to 64 MiB of outputs in flight than with this 8 MiB bound (docs/
-// performance.md). The host waits while the queued programs' new outputs (all streams) exceed
-// kMaxQueuedBytes; small ops never reach it (the 64-program bound comes first).
-constexpr uint64_t kMaxQueuedBytes = uint64_t{8} << 20;
-struct QueuedBytes {
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t bytes = 0;
-  int waiters = 0;
-};
-QueuedBytes& queued_bytes() {
-  static auto* q = new QueuedBytes();  // leaked: workers may release during exit
-  return *q;
-}
-void reserve_queued_bytes(uint64_t n) {
-  QueuedBytes& q = queued_bytes();
-  std::unique_lock<std::mutex> lk(q.mu);
-  if (q.bytes > 0 && q.bytes + n > kMaxQueuedBytes) {
-    q.waiters++;
-    q.cv.wait(lk, [&] { return q.bytes == 0 || q.bytes + n <= kMaxQueuedBytes; });
-    q.waiters--;
-  }
-  q.bytes += n;
-}
-void release_queued_bytes(uint64_t n) {
-  QueuedBytes& q = queued_bytes();
-  std::lock_guard<std::mutex> g(q.mu);
-  q.bytes -= n;
-  if (q.waiters > 0) q.cv.notify_all();
-}
-
 // Queued execution of one program: owns the bindings and the tensors they point into.
 struct ProgramWork final : device::Work {
   std::shared_ptr<compiler::Program> program;
@@ -333,13 +298,7 @@ struct ProgramWork final : device::Work {
   std::vector<runtime::OutputTarget> outputs;
   std::vector<at::Tensor> keep_alive;
   runtime::RngState rng;
-  uint64_t reserved_bytes = 0;  // counted in queued_bytes() until destroyed
   void run() override { program->executable->run(inputs, outputs, rng); }
-  ~ProgramWork() override {
-    // Return the blocks to the allocator before the host may allocate the next ones.
-    keep_alive.clear();
-    if (reserved_bytes > 0) release_queued_bytes(reserved_bytes);
-  }
 };
 
 void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& news, const CallState& st,
@@ -466,15 +425,7 @@ void launch_program(const std::shared_ptr<compiler::Program>& prog, std::vector<
     for (const auto& t : keep) {
       if (t.defined()) work->keep_alive.push_back(t);
     }
-    uint64_t bytes = 0;
-    for (const auto& t : news) {
-      work->keep_alive.push_back(t);
-      bytes += t.nbytes();
-    }
-    if (bytes > 0) {
-      reserve_queued_bytes(bytes);
-      work->reserved_bytes = bytes;
-    }
+    for (const auto& t : news) work->keep_alive.push_back(t);
     device::enqueue(stream, std::move(work));
   }
 }
