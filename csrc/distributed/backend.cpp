@@ -51,13 +51,20 @@ std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& list
 }
 
 // Gloo has no ReduceOp.AVG: the backend sums and divides afterwards, so the dtype must divide.
-bool is_avg(const c10d::ReduceOp& op, const std::vector<at::Tensor>& tensors, const char* name) {
-  if (!(op == c10d::ReduceOp::AVG)) return false;
-  for (const auto& t : tensors) {
+// ReduceOp.AVG is not a Gloo op: `op` becomes SUM and the returned finish step divides
+// `results` (the host aliases the collective writes) by the group size. Any other op: no step.
+std::function<void()> avg_as_sum(c10d::ReduceOp& op, const std::vector<at::Tensor>& checked,
+                                 std::vector<at::Tensor> results, int group_size, const char* name) {
+  if (!(op == c10d::ReduceOp::AVG)) return {};
+  for (const auto& t : checked) {
     TPU_CHECK_VALUE(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()), name,
                     ": ReduceOp.AVG needs a floating-point dtype, got ", t.scalar_type());
   }
-  return true;
+  op = c10d::ReduceOp(c10d::ReduceOp::SUM);
+  if (results.empty()) return {};
+  return [results = std::move(results), group_size]() mutable {
+    for (auto& t : results) t.div_(group_size);
+  };
 }
 
 }  // namespace
@@ -258,13 +265,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce(std::vector<at::Tensor>& te
                                                      const c10d::AllreduceOptions& opts) {
   auto a = host_aliases(tensors);
   auto o = opts;
-  Finish finish;
-  if (is_avg(opts.reduceOp, tensors, "all_reduce")) {
-    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-    finish = [a, n = getSize()] {
-      for (auto& t : a) t.div_(n);
-    };
-  }
+  Finish finish = avg_as_sum(o.reduceOp, tensors, a, getSize(), "all_reduce");
   return launch(
       c10d::OpType::ALLREDUCE, "all_reduce", tensors, tensors,
       [this, a, o]() mutable { return Works{transport_->allreduce(a, o)}; }, std::move(finish));
@@ -274,13 +275,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(std::vector<at::T
                                                                const c10d::AllreduceCoalescedOptions& opts) {
   auto a = host_aliases(tensors);
   auto o = opts;
-  Finish finish;
-  if (is_avg(opts.reduceOp, tensors, "all_reduce_coalesced")) {
-    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-    finish = [a, n = getSize()] {
-      for (auto& t : a) t.div_(n);
-    };
-  }
+  Finish finish = avg_as_sum(o.reduceOp, tensors, a, getSize(), "all_reduce_coalesced");
   return launch(
       c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, tensors,
       [this, a, o]() mutable { return Works{transport_->allreduce_coalesced(a, o)}; }, std::move(finish));
@@ -289,15 +284,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(std::vector<at::T
 c10::intrusive_ptr<c10d::Work> TpuBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   auto a = host_aliases(tensors);
   auto o = opts;
-  Finish finish;
-  if (is_avg(opts.reduceOp, tensors, "reduce")) {
-    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-    if (getRank() == opts.rootRank) {
-      finish = [a, n = getSize()] {
-        for (auto& t : a) t.div_(n);
-      };
-    }
-  }
+  // Only the root receives the sum, so only the root divides.
+  Finish finish =
+      avg_as_sum(o.reduceOp, tensors, getRank() == opts.rootRank ? a : std::vector<at::Tensor>{}, getSize(), "reduce");
   return launch(
       c10d::OpType::REDUCE, "reduce", tensors, tensors,
       [this, a, o]() mutable { return Works{transport_->reduce(a, o)}; }, std::move(finish));
@@ -372,13 +361,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter(std::vector<at::Tensor
   auto ao = host_aliases(outputs);
   auto ai = host_aliases(inputs);
   auto o = opts;
-  Finish finish;
-  if (is_avg(opts.reduceOp, outputs, "reduce_scatter")) {
-    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-    finish = [ao, n = getSize()] {
-      for (auto t : ao) t.div_(n);
-    };
-  }
+  Finish finish = avg_as_sum(o.reduceOp, outputs, ao, getSize(), "reduce_scatter");
   auto all = flatten(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
   return launch(
@@ -391,11 +374,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::_reduce_scatter_base(at::Tensor& outp
   auto ao = host_alias(output);
   auto ai = host_alias(input);
   auto o = opts;
-  Finish finish;
-  if (is_avg(opts.reduceOp, {output}, "reduce_scatter_tensor")) {
-    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-    finish = [ao, n = getSize()]() mutable { ao.div_(n); };
-  }
+  Finish finish = avg_as_sum(o.reduceOp, {output}, {ao}, getSize(), "reduce_scatter_tensor");
   return launch(
       c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output, input}, {output},
       [this, ao, ai, o]() mutable { return Works{transport_->_reduce_scatter_base(ao, ai, o)}; }, std::move(finish));
@@ -407,13 +386,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(std::
   auto ao = host_aliases(outputs);
   auto ai = host_aliases(inputs);
   auto o = opts;
-  Finish finish;
-  if (is_avg(opts.reduceOp, outputs, "reduce_scatter_tensor_coalesced")) {
-    o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-    finish = [ao, n = getSize()] {
-      for (auto t : ao) t.div_(n);
-    };
-  }
+  Finish finish = avg_as_sum(o.reduceOp, outputs, ao, getSize(), "reduce_scatter_tensor_coalesced");
   auto all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
   return launch(
