@@ -54,6 +54,7 @@ def test_from_pretrained_device_map_tpu(tmp_path):
     with torch.no_grad():
         want = model(ids).logits
         got = loaded(ids.to("tpu")).logits.cpu()
+    # rtol 1e-4: a whole transformer's float32 logits (matmul accumulation order differs from CPU).
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -122,4 +123,5 @@ def test_generate_matches_cpu(kind, cache, mode, compiled):
         ref = model(seq).logits
     n = prompt.shape[1]
     for step, logits in enumerate(s1.logits):
+        # 1e-4: logits from the KV-cache path vs a full recompute on CPU (different op order).
         torch.testing.assert_close(logits.cpu(), ref[:, n - 1 + step], rtol=1e-4, atol=1e-4)

@@ -26,6 +26,8 @@ def programs(mode: str) -> None:
         close(F.softmax(tx @ tw, dim=1), F.softmax(x @ w, dim=1))
         close((tx * 2 + 1).sin().sum(0), (x * 2 + 1).sin().sum(0))
         close(tx.gather(1, idx.to("tpu")), x.gather(1, idx))
+        # A bf16 sum of 17 values: the two sides round partial sums in a different order, so one
+        # bf16 ulp (2**-8 relative, up to ~1e-2 absolute at these magnitudes) may differ.
         close(tx.to(torch.bfloat16).sum(1), x.to(torch.bfloat16).sum(1), rtol=1.6e-2, atol=1e-2)
         close(torch.sort(tx, dim=1, stable=True)[1], torch.sort(x, dim=1, stable=True)[1])
         close(tx.max(), x.max())
