@@ -16,6 +16,7 @@ import torch
 
 import torch_tpu  # noqa: F401  (registers the backend, sets the plugin search path)
 from torch_tpu import _C
+from pjrt_cpu_plugin import cpu_plugin_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -118,7 +119,9 @@ def test_compile_options_parse_as_xla_compile_options() -> None:
 
 def _installed_plugins() -> list[str]:
     # libtpu off a TPU VM blocks for minutes on the GCE metadata server: only on a TPU machine.
-    return [p for p in _C._pjrt_discover() if "libtpu" not in p or _C._pjrt_tpu_present()]
+    found = [p for p in _C._pjrt_discover() if "libtpu" not in p or _C._pjrt_tpu_present()]
+    cpu = cpu_plugin_path()  # never discovered (the host runtime beats it on a CPU), but real
+    return found + ([str(cpu)] if cpu is not None else [])
 
 
 @pytest.mark.parametrize("index", [0, 1])
@@ -134,9 +137,9 @@ def test_installed_plugin_loads_and_reports_its_version(index: int) -> None:
 
 
 def test_installed_plugin_accepts_our_struct_sizes() -> None:
-    plugins = [p for p in _installed_plugins() if "cuda" in p or "libtpu" in p]
+    plugins = [p for p in _installed_plugins() if "cuda" in p or "libtpu" in p or "cpu_plugin" in p]
     if not plugins:
-        pytest.skip("no XLA-based PJRT plugin installed: pip install jax-cuda13-pjrt (works without a GPU)")
+        pytest.skip("no XLA-based PJRT plugin installed: pip install lammps-jax-pjrt-cpu or jax-cuda13-pjrt")
     sizes = _C._pjrt_struct_sizes(plugins[0])
     assert len(sizes) == 22
     for name, ours, plugin in sizes:
