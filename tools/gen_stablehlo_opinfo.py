@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""The float32 OpInfo suite through the StableHLO path (TORCH_TPU_RUNTIME=jax): pass rates
-relative to the host runtime's strict-mode passes, and the failures grouped by reason.
+"""The float32 OpInfo suite through the StableHLO path (TORCH_TPU_RUNTIME=jax, or with
+--runtime pjrt the PJRT runtime on XLA's CPU plugin): pass rates relative to the host runtime's
+strict-mode passes, and the failures grouped by reason.
 
     python tools/gen_stablehlo_opinfo.py [--subset] [--modes strict,fused] [--jobs N] [--write-xfails]
+                                         [--runtime jax|pjrt]
 
 Runs the checks tests/stablehlo/test_jax_opinfo.py runs with TORCH_TPU_TEST_FULL=1 (every entry
 that passes on the host runtime, strict and fused mode; --subset: its make-test SUBSET), split
@@ -33,14 +35,25 @@ def main() -> None:
     ap.add_argument("--modes", default="strict,fused", help="comma-separated modes (default: strict,fused)")
     ap.add_argument("--jobs", type=int, default=1, help="child processes")
     ap.add_argument("--write-xfails", action="store_true", help="rewrite jax_expected_failures.py (full runs)")
+    ap.add_argument("--runtime", default="jax", choices=["jax", "pjrt"],
+                    help="jax: JAX's CPU backend; pjrt: our PJRT runtime on XLA's CPU PJRT plugin")
     args = ap.parse_args()
-    if args.write_xfails and args.subset:
-        raise SystemExit("--write-xfails needs a full run")
+    if args.write_xfails and (args.subset or args.runtime != "jax"):
+        raise SystemExit("--write-xfails needs a full run on the jax runtime")
     os.environ["TORCH_TPU_TEST_FULL"] = "0" if args.subset else "1"
     sys.path[:0] = [str(HERE), str(ROOT / "tests" / "ops"), str(ROOT)]
     import test_jax_opinfo as T
     from jax_session import jax_env
 
+    env = jax_env()
+    if args.runtime == "pjrt":
+        sys.path.insert(0, str(ROOT / "tests" / "pjrt"))
+        from pjrt_cpu_plugin import cpu_plugin_path
+
+        plugin = cpu_plugin_path()
+        if plugin is None:
+            raise SystemExit("XLA's CPU PJRT plugin is not installed (pip install lammps-jax-pjrt-cpu)")
+        env.update(TORCH_TPU_RUNTIME="pjrt", TORCH_TPU_PJRT_PLUGIN=str(plugin))
     modes = tuple(args.modes.split(","))
     checks = T.checks(modes)
     t0 = time.perf_counter()
@@ -50,7 +63,7 @@ def main() -> None:
             out = Path(tmp) / f"out{j}.jsonl"
             part = checks[j::args.jobs]
             procs.append(subprocess.Popen([sys.executable, str(HERE / "jax_opinfo_worker.py"), str(out),
-                                           *[f"{m}:{e}" for m, e in part]], env=jax_env(), cwd=ROOT))
+                                           *[f"{m}:{e}" for m, e in part]], env=env, cwd=ROOT))
             outs.append(out)
         for p in procs:
             p.wait()

@@ -7,6 +7,7 @@
 
 #include "common/check.h"
 #include "common/config.h"
+#include "exec/call.h"
 
 namespace torch_tpu::device {
 
@@ -25,6 +26,13 @@ c10::DeviceIndex count() {
     } catch (...) {
       v = 1;
     }
+    // A runtime with real devices (PJRT) has exactly as many; TORCH_TPU_NUM_DEVICES may only
+    // hide some of them (e.g. one per process).
+    const int real = exec::selected_runtime().device_count();
+    if (real > 0) {
+      const char* explicit_count = std::getenv("TORCH_TPU_NUM_DEVICES");
+      v = explicit_count != nullptr && *explicit_count ? std::min<int64_t>(v, real) : real;
+    }
     return static_cast<c10::DeviceIndex>(std::clamp<int64_t>(v, 1, 64));
   }();
   return n;
@@ -32,8 +40,9 @@ c10::DeviceIndex count() {
 
 void check_index(c10::DeviceIndex index) {
   TORCH_CHECK(index >= 0 && index < count(), "Invalid device index tpu:", static_cast<int>(index),
-              ": torch_tpu has ", static_cast<int>(count()),
-              " device(s) (set TORCH_TPU_NUM_DEVICES for more emulated devices)");
+              ": torch_tpu has ", static_cast<int>(count()), " device(s) ",
+              exec::selected_runtime().device_count() > 0 ? "(the devices of the PJRT plugin)"
+                                                          : "(set TORCH_TPU_NUM_DEVICES for more emulated devices)");
 }
 
 static thread_local c10::DeviceIndex current_device = 0;
@@ -56,6 +65,8 @@ uint64_t capacity(c10::DeviceIndex /*index*/) {
 }
 
 std::string name(c10::DeviceIndex index) {
+  std::string real = exec::selected_runtime().device_name(index);
+  if (!real.empty()) return real;
   return "torch_tpu host-emulated TPU " + std::to_string(static_cast<int>(index));
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "device/device.h"
+#include "runtime/runtime.h"
 
 // From the OpenMP runtime PyTorch already loads (libgomp); per-thread setting.
 extern "C" void omp_set_num_threads(int);
@@ -91,6 +92,7 @@ class StreamQueue {
     // switches to several threads only while the host is blocked. Programs that run inline on
     // the calling thread keep ATen's intra-op threads.
     omp_set_num_threads(1);
+    runtime::set_execution_device(device_);  // every program of this stream runs on its device
     std::deque<std::unique_ptr<Work>> batch;
     for (;;) {
       {

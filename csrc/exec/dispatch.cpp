@@ -414,6 +414,7 @@ void launch_program(const std::shared_ptr<compiler::Program>& prog, std::vector<
   if (debug || (prog->run_inline_when_idle && device::query_stream(stream))) {
     // On the calling thread: nothing is queued ahead of it, so the order is the queue's, and
     // the caller's references keep every tensor alive for the duration.
+    runtime::ExecutionDeviceGuard on(device);
     prog->executable->run(inputs, outputs, rng);
   } else {
     auto work = std::make_unique<ProgramWork>();

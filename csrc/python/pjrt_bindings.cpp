@@ -85,9 +85,21 @@ void init_pjrt_bindings(py::module_& m) {
       []() -> py::object {
         pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
         if (rt == nullptr) return py::none();
-        return client_dict(rt->client());
+        py::dict d = client_dict(rt->client());
+        d["executions_per_device"] = rt->executions_per_device();
+        d["compiles"] = rt->compiles();
+        pjrt::ExecutableCacheStats c = rt->executable_cache_stats();
+        py::dict cache;
+        cache["enabled"] = c.enabled;
+        cache["directory"] = c.directory;
+        cache["hits"] = c.hits;
+        cache["misses"] = c.misses;
+        cache["writes"] = c.writes;
+        d["executable_cache"] = cache;
+        return d;
       },
-      "The active PJRT runtime's client ({platform, devices, ...}), or None on another runtime.");
+      "The active PJRT runtime's client ({platform, devices, executions_per_device, compiles, "
+      "executable_cache, ...}), or None on another runtime.");
   m.def(
       "_pjrt_memory_stats",
       [](size_t device) {

@@ -8,6 +8,7 @@
 // embedded default; the PJRT runtime plugs in behind the same interface.
 #pragma once
 
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/SmallVector.h>
 
@@ -68,6 +69,24 @@ struct ExecutableStats {
 int32_t last_failed_node();
 void set_last_failed_node(int32_t node);
 
+// The device index ("tpu:N") that run() executes on, per thread: a stream's worker thread sets its
+// stream's device once; an inline run sets the launching device for its duration. Runtimes with
+// real devices (PJRT) place uploads and the execution there; the host runtime ignores it.
+c10::DeviceIndex execution_device();
+void set_execution_device(c10::DeviceIndex device);
+class ExecutionDeviceGuard {
+ public:
+  explicit ExecutionDeviceGuard(c10::DeviceIndex device) : previous_(execution_device()) {
+    set_execution_device(device);
+  }
+  ~ExecutionDeviceGuard() { set_execution_device(previous_); }
+  ExecutionDeviceGuard(const ExecutionDeviceGuard&) = delete;
+  ExecutionDeviceGuard& operator=(const ExecutionDeviceGuard&) = delete;
+
+ private:
+  c10::DeviceIndex previous_;
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -91,6 +110,12 @@ class Runtime {
   // Throws c10::Error if an op/dtype is unsupported by this runtime.
   virtual std::unique_ptr<Executable> compile(const ir::Graph& graph,
                                               const std::vector<int32_t>& outputs) = 0;
+  // The devices this runtime drives (PJRT: the plugin's addressable devices, "tpu:i" is device
+  // i). 0: device memory is host RAM and any number of devices is emulated
+  // (TORCH_TPU_NUM_DEVICES). Never throws.
+  virtual int device_count() const { return 0; }
+  // A description of device i (e.g. "NVIDIA H200"), or empty to use the emulated name.
+  virtual std::string device_name(int index) const { return {}; }
 };
 
 // The embedded host runtime (device memory is host RAM). Never null; lives forever.

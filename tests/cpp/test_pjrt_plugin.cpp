@@ -139,8 +139,9 @@ TEST(PjrtClientOptions, ParsesTypedValues) {
 }
 
 TEST(PjrtCompileOptions, OneReplicaOnePartition) {
-  // CompileOptionsProto{executable_build_options(3){num_replicas(4)=1, num_partitions(5)=1}}.
-  EXPECT_EQ(compile_options_proto(), std::string("\x1a\x04\x20\x01\x28\x01", 6));
+  // CompileOptionsProto{executable_build_options(3){num_replicas(4)=1, num_partitions(5)=1},
+  //                     compile_portable_executable(4)=true}.
+  EXPECT_EQ(compile_options_proto(), std::string("\x1a\x04\x20\x01\x28\x01\x20\x01", 8));
 }
 
 }  // namespace

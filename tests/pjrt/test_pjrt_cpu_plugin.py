@@ -7,12 +7,14 @@ this test fails with the child's output when any of them fails or is skipped."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+import torch
 from pjrt_cpu_plugin import cpu_plugin_path
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -33,3 +35,43 @@ def test_runtime_tests_pass_on_the_xla_cpu_plugin() -> None:
     tail = proc.stdout[-6000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert " skipped" not in proc.stdout.splitlines()[-1], tail  # every runtime test must run
+
+
+_PROGRAM = """
+import json, torch, torch_tpu
+from torch_tpu import _C
+x = torch.arange(12.0).reshape(3, 4).to("tpu")
+y = ((x * 0.5).exp() - x).sum(1).cpu()
+info = _C._pjrt_info()
+print(json.dumps({"y": y.tolist(), "compiles": info["compiles"], "cache": info["executable_cache"]}))
+"""
+
+
+def _run_program(cache_dir: pathlib.Path) -> tuple[dict, str]:
+    plugin = cpu_plugin_path()
+    if plugin is None:
+        pytest.skip("XLA's CPU PJRT plugin is not installed: pip install lammps-jax-pjrt-cpu (requirements-dev.txt)")
+    env = dict(os.environ, TORCH_TPU_RUNTIME="pjrt", TORCH_TPU_PJRT_PLUGIN=str(plugin),
+               TORCH_TPU_CACHE_DIR=str(cache_dir))
+    proc = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_compiled_executables_are_reused_by_the_next_process(tmp_path: pathlib.Path) -> None:
+    expected = ((torch.arange(12.0).reshape(3, 4) * 0.5).exp() - torch.arange(12.0).reshape(3, 4)).sum(1)
+    cold, _ = _run_program(tmp_path)
+    assert cold["compiles"] > 0 and cold["cache"]["writes"] == cold["compiles"], cold
+    warm, _ = _run_program(tmp_path)
+    assert warm["compiles"] == 0 and warm["cache"]["hits"] >= cold["compiles"], warm  # XLA never ran
+    for run in (cold, warm):
+        torch.testing.assert_close(torch.tensor(run["y"]), expected)
+    # A damaged entry is detected, discarded with a warning and recompiled.
+    entries = sorted(pathlib.Path(warm["cache"]["directory"]).glob("*.tpp"))
+    assert entries, warm
+    data = bytearray(entries[0].read_bytes())
+    data[-1] ^= 0xFF
+    entries[0].write_bytes(bytes(data))
+    again, stderr = _run_program(tmp_path)
+    assert again["compiles"] == 1 and "corrupt" in stderr, (again, stderr[-2000:])
+    torch.testing.assert_close(torch.tensor(again["y"]), expected)

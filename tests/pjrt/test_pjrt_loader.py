@@ -115,6 +115,7 @@ def test_compile_options_parse_as_xla_compile_options() -> None:
     opts = xc.CompileOptions.ParseFromString(_C._pjrt_compile_options())
     assert opts.executable_build_options.num_replicas == 1
     assert opts.executable_build_options.num_partitions == 1
+    assert opts.compile_portable_executable  # one executable runs on any tpu:N
 
 
 def _installed_plugins() -> list[str]:
@@ -141,7 +142,7 @@ def test_installed_plugin_accepts_our_struct_sizes() -> None:
     if not plugins:
         pytest.skip("no XLA-based PJRT plugin installed: pip install lammps-jax-pjrt-cpu or jax-cuda13-pjrt")
     sizes = _C._pjrt_struct_sizes(plugins[0])
-    assert len(sizes) == 22
+    assert len(sizes) == 24
     for name, ours, plugin in sizes:
         assert plugin != -1, f"{name}: the plugin did not name the size it expects"
         assert ours >= plugin, f"{name}: we pass {ours} bytes, the plugin needs {plugin} (API grew)"

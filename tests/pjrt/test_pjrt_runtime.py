@@ -112,3 +112,23 @@ def test_compiled_mode_runs_on_pjrt() -> None:
     torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-4, atol=1e-5)
     for p_tpu, p_cpu in zip(tpu_model.parameters(), model.parameters()):
         torch.testing.assert_close(p_tpu.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_each_pjrt_device_is_a_tpu_device() -> None:
+    info = _C._pjrt_info()
+    n = len(info["devices"])
+    assert torch.tpu.device_count() == n
+    assert info["platform"] in torch.tpu.get_device_name(0)
+    with pytest.raises(RuntimeError, match=rf"Invalid device index tpu:{n}: torch_tpu has {n} device"):
+        torch.empty(1, device=f"tpu:{n}")
+    if n < 2:
+        pytest.skip(f"the PJRT plugin has {n} device: nothing to place on tpu:1")
+    a = torch.randn(64, 32)
+    before = _C._pjrt_info()["executions_per_device"]
+    x1 = a.to("tpu:1")
+    y1 = (x1 * 3).tanh().sum(0)  # runs on PJRT device 1
+    y0 = y1.to("tpu:0") + 1  # device-to-device copy, then device 0
+    torch.testing.assert_close(y0.cpu(), (a * 3).tanh().sum(0) + 1, rtol=1e-5, atol=1e-5)
+    assert y1.device == torch.device("tpu:1") and y0.device == torch.device("tpu:0")
+    after = _C._pjrt_info()["executions_per_device"]
+    assert after[1] > before[1] and after[0] > before[0], (before, after)

@@ -1,5 +1,6 @@
 """Runs float32 OpInfo forward checks (tests/ops/opinfo_util.py) in a process that uses
-TORCH_TPU_RUNTIME=jax, so every program runs as StableHLO on JAX's CPU backend.
+TORCH_TPU_RUNTIME=jax (every program runs as StableHLO on JAX's CPU backend) or
+TORCH_TPU_RUNTIME=pjrt (StableHLO compiled and run by a PJRT plugin, e.g. XLA's CPU plugin).
 
     TORCH_TPU_RUNTIME=jax python tests/stablehlo/jax_opinfo_worker.py OUT.jsonl MODE:ENTRY_ID...
 
@@ -49,8 +50,9 @@ def check(op, mode: str) -> dict:
 
 
 def main() -> None:
-    if torch_tpu._C._runtime_name() != "jax":
-        raise SystemExit("run with TORCH_TPU_RUNTIME=jax")
+    runtime = torch_tpu._C._runtime_name()
+    if runtime not in ("jax", "pjrt"):
+        raise SystemExit("run with TORCH_TPU_RUNTIME=jax or TORCH_TPU_RUNTIME=pjrt")
     torch_tpu.set_fallback(None)
     out = Path(sys.argv[1])
     with out.open("w") as f:
@@ -59,7 +61,8 @@ def main() -> None:
             rec = {"entry": eid, "mode": mode, **check(U.BY_ID[eid], mode)}
             f.write(json.dumps(rec) + "\n")
             f.flush()
-        f.write(json.dumps({"jax": jax_runtime.stats()}) + "\n")
+        if runtime == "jax":
+            f.write(json.dumps({"jax": jax_runtime.stats()}) + "\n")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ struct PJRT_Memory;
 struct PJRT_Executable;
 struct PJRT_LoadedExecutable;
 struct PJRT_Buffer;
+struct PJRT_SerializedExecutable;
 struct PJRT_Extension_Base;
 
 // Status codes (absl's).
@@ -289,6 +290,26 @@ struct PJRT_LoadedExecutable_GetExecutable_Args {
   PJRT_LoadedExecutable* loaded_executable;
   PJRT_Executable* executable;  // out, freed with PJRT_Executable_Destroy
 };
+struct PJRT_Executable_Serialize_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_Executable* executable;
+  const char* serialized_bytes;                      // out, valid until the deleter runs
+  size_t serialized_bytes_size;                      // out
+  PJRT_SerializedExecutable* serialized_executable;  // out, backs serialized_bytes
+  void (*serialized_executable_deleter)(PJRT_SerializedExecutable*);  // out, call once
+};
+struct PJRT_Executable_DeserializeAndLoad_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  const char* serialized_executable;
+  size_t serialized_executable_size;
+  PJRT_LoadedExecutable* loaded_executable;  // out
+  // null: the compile options stored in the serialized executable (appended at 0.52).
+  const char* overridden_serialized_compile_options;
+  size_t overridden_serialized_compile_options_size;
+};
 struct PJRT_ExecuteOptions {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
@@ -404,7 +425,7 @@ struct PJRT_Api {
   Unused PJRT_Executable_GetCostAnalysis;
   Unused PJRT_Executable_OutputMemoryKinds;
   Unused PJRT_Executable_OptimizedProgram;
-  Unused PJRT_Executable_Serialize;
+  Fn<PJRT_Executable_Serialize_Args>* PJRT_Executable_Serialize;
 
   Fn<PJRT_LoadedExecutable_Destroy_Args>* PJRT_LoadedExecutable_Destroy;
   Fn<PJRT_LoadedExecutable_GetExecutable_Args>* PJRT_LoadedExecutable_GetExecutable;
@@ -412,7 +433,7 @@ struct PJRT_Api {
   Unused PJRT_LoadedExecutable_Delete;
   Unused PJRT_LoadedExecutable_IsDeleted;
   Fn<PJRT_LoadedExecutable_Execute_Args>* PJRT_LoadedExecutable_Execute;
-  Unused PJRT_Executable_DeserializeAndLoad;
+  Fn<PJRT_Executable_DeserializeAndLoad_Args>* PJRT_Executable_DeserializeAndLoad;
   Unused PJRT_LoadedExecutable_Fingerprint;
 
   Fn<PJRT_Buffer_Destroy_Args>* PJRT_Buffer_Destroy;
@@ -437,6 +458,8 @@ using GetPjrtApiFn = const PJRT_Api*();
 static_assert(sizeof(void*) == 8 && sizeof(size_t) == 8, "PJRT declarations assume LP64");
 static_assert(offsetof(PJRT_Api, PJRT_Error_Destroy_) == 40, "PJRT_Api header layout");
 static_assert(offsetof(PJRT_Api, PJRT_Buffer_ToHostBuffer) == 40 + 70 * 8, "PJRT_Api slot count");
+static_assert(sizeof(PJRT_Executable_Serialize_Args) == 56, "PJRT_Executable_Serialize_Args layout");
+static_assert(sizeof(PJRT_Executable_DeserializeAndLoad_Args) == 64, "PJRT_Executable_DeserializeAndLoad_Args layout");
 static_assert(sizeof(PJRT_ExecuteOptions) == 144, "PJRT_ExecuteOptions layout (0.97+)");
 
 }  // namespace torch_tpu::pjrt::c

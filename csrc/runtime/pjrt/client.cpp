@@ -257,11 +257,16 @@ std::unique_ptr<LoadedExecutable> Client::compile(const std::string& mlir, const
   a.compile_options = compile_options.data();
   a.compile_options_size = compile_options.size();
   plugin_->check(api.PJRT_Client_Compile(&a), "Client_Compile");
+  return adopt(a.executable);
+}
+
+std::unique_ptr<LoadedExecutable> Client::adopt(c::PJRT_LoadedExecutable* executable) const {
+  const c::PJRT_Api& api = plugin_->api();
   // Own the loaded executable before anything else can throw.
-  auto loaded = std::make_unique<LoadedExecutable>(plugin_.get(), a.executable, 0);
+  auto loaded = std::make_unique<LoadedExecutable>(plugin_.get(), executable, 0);
   c::PJRT_LoadedExecutable_GetExecutable_Args g{};
   g.struct_size = sizeof(g);
-  g.loaded_executable = a.executable;
+  g.loaded_executable = executable;
   plugin_->check(api.PJRT_LoadedExecutable_GetExecutable(&g), "LoadedExecutable_GetExecutable");
   c::PJRT_Executable_NumOutputs_Args n{};
   n.struct_size = sizeof(n);
@@ -274,6 +279,38 @@ std::unique_ptr<LoadedExecutable> Client::compile(const std::string& mlir, const
   plugin_->check(err, "Executable_NumOutputs");
   loaded->set_num_outputs(n.num_outputs);
   return loaded;
+}
+
+std::string Client::serialize(const LoadedExecutable& loaded) const {
+  const c::PJRT_Api& api = plugin_->api();
+  c::PJRT_LoadedExecutable_GetExecutable_Args g{};
+  g.struct_size = sizeof(g);
+  g.loaded_executable = loaded.handle();
+  plugin_->check(api.PJRT_LoadedExecutable_GetExecutable(&g), "LoadedExecutable_GetExecutable");
+  c::PJRT_Executable_Serialize_Args a{};
+  a.struct_size = sizeof(a);
+  a.executable = g.executable;
+  c::PJRT_Error* err = api.PJRT_Executable_Serialize(&a);
+  std::string bytes;
+  if (err == nullptr && a.serialized_bytes != nullptr) bytes.assign(a.serialized_bytes, a.serialized_bytes_size);
+  if (err == nullptr && a.serialized_executable_deleter != nullptr && a.serialized_executable != nullptr)
+    a.serialized_executable_deleter(a.serialized_executable);
+  c::PJRT_Executable_Destroy_Args d{};
+  d.struct_size = sizeof(d);
+  d.executable = g.executable;
+  plugin_->take_message(api.PJRT_Executable_Destroy(&d));
+  plugin_->check(err, "Executable_Serialize");
+  return bytes;
+}
+
+std::unique_ptr<LoadedExecutable> Client::deserialize(const std::string& bytes) const {
+  c::PJRT_Executable_DeserializeAndLoad_Args a{};
+  a.struct_size = sizeof(a);
+  a.client = client_;
+  a.serialized_executable = bytes.data();
+  a.serialized_executable_size = bytes.size();
+  plugin_->check(plugin_->api().PJRT_Executable_DeserializeAndLoad(&a), "Executable_DeserializeAndLoad");
+  return adopt(a.loaded_executable);
 }
 
 Buffer Client::upload(const void* data, c::PJRT_Buffer_Type type, const std::vector<int64_t>& dims,

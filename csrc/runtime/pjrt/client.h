@@ -78,7 +78,8 @@ class LoadedExecutable {
   LoadedExecutable& operator=(const LoadedExecutable&) = delete;
   ~LoadedExecutable();
   size_t num_outputs() const { return num_outputs_; }
-  void set_num_outputs(size_t n) { num_outputs_ = n; }  // once, by Client::compile
+  void set_num_outputs(size_t n) { num_outputs_ = n; }  // once, by Client::adopt
+  c::PJRT_LoadedExecutable* handle() const { return exe_; }
   // Runs on `device` (null: the compile-time device) and returns the output buffers; `done` is
   // set to the completion event. Arguments are never donated (non_donatable covers all).
   std::vector<Buffer> execute(const std::vector<c::PJRT_Buffer*>& args, c::PJRT_Device* device, Event* done) const;
@@ -117,6 +118,11 @@ class Client {
 
   // Compiles MLIR (StableHLO text or bytecode) with a serialized CompileOptionsProto.
   std::unique_ptr<LoadedExecutable> compile(const std::string& mlir, const std::string& compile_options) const;
+  // The plugin's serialization of a compiled executable (PJRT_Executable_Serialize: only valid
+  // for the same plugin build). Throws c10::Error (NotImplementedError when unsupported).
+  std::string serialize(const LoadedExecutable& executable) const;
+  // Loads bytes from serialize() (PJRT_Executable_DeserializeAndLoad). Throws c10::Error.
+  std::unique_ptr<LoadedExecutable> deserialize(const std::string& bytes) const;
   // Starts copying dense row-major (byte_strides empty) or strided host data to `device`. The
   // host memory must stay unchanged until `*host_done` is ready.
   Buffer upload(const void* data, c::PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
@@ -128,6 +134,9 @@ class Client {
   Client(std::shared_ptr<const Plugin> plugin, c::PJRT_Client* client) : plugin_(std::move(plugin)), client_(client) {}
 
  private:
+  // Takes ownership of a loaded executable and reads its output count.
+  std::unique_ptr<LoadedExecutable> adopt(c::PJRT_LoadedExecutable* executable) const;
+
   std::shared_ptr<const Plugin> plugin_;
   c::PJRT_Client* client_;
   std::string platform_name_, platform_version_;

@@ -15,8 +15,9 @@ namespace torch_tpu::pjrt {
 
 std::string compile_options_proto() {
   // CompileOptionsProto field 3 (executable_build_options, length-delimited, 4 bytes) holding
-  // ExecutableBuildOptionsProto fields 4 (num_replicas) = 1 and 5 (num_partitions) = 1, varints.
-  static const char kBytes[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01};
+  // ExecutableBuildOptionsProto fields 4 (num_replicas) = 1 and 5 (num_partitions) = 1, varints;
+  // then field 4 (compile_portable_executable) = true: one executable runs on any device.
+  static const char kBytes[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01};
   return std::string(kBytes, sizeof(kBytes));
 }
 
@@ -72,10 +73,11 @@ struct Argument {
 
 class PjrtExecutable final : public runtime::Executable {
  public:
-  PjrtExecutable(std::shared_ptr<Client> client, std::unique_ptr<LoadedExecutable> exe, std::vector<Argument> args,
-                 std::vector<int32_t> outputs, std::vector<ir::DType> output_dtypes,
-                 std::vector<std::vector<int64_t>> output_shapes)
+  PjrtExecutable(std::shared_ptr<Client> client, std::shared_ptr<std::vector<std::atomic<int64_t>>> executions,
+                 std::unique_ptr<LoadedExecutable> exe, std::vector<Argument> args, std::vector<int32_t> outputs,
+                 std::vector<ir::DType> output_dtypes, std::vector<std::vector<int64_t>> output_shapes)
       : client_(std::move(client)),
+        executions_(std::move(executions)),
         exe_(std::move(exe)),
         args_(std::move(args)),
         outputs_(std::move(outputs)),
@@ -91,6 +93,9 @@ class PjrtExecutable final : public runtime::Executable {
   void run(const std::vector<runtime::Binding>& inputs, const std::vector<runtime::OutputTarget>& targets,
            runtime::RngState rng) const override {
     c10::InferenceMode no_autograd;
+    const auto device = static_cast<size_t>(runtime::execution_device());
+    TPU_CHECK(device < client_->devices().size(), "PJRT runtime: tpu:", device, " does not exist (the plugin has ",
+              client_->devices().size(), " devices)");
     // 1. Start every upload. Host values (staging copies or views of the caller's memory) stay
     //    alive and unchanged until their transfer event is ready.
     std::vector<at::Tensor> staging;
@@ -104,13 +109,14 @@ class PjrtExecutable final : public runtime::Executable {
       const Argument& a = args_[k];
       at::Tensor host = host_value(a, inputs, rng);
       const void* data = host.numel() > 0 ? host.data_ptr() : &kEmpty;
-      buffers.push_back(client_->upload(data, buffer_type(a.dtype), a.shape, {}, 0, &uploaded[k]));
+      buffers.push_back(client_->upload(data, buffer_type(a.dtype), a.shape, {}, device, &uploaded[k]));
       raw.push_back(buffers.back().get());
       staging.push_back(std::move(host));
     }
-    // 2. Launch; PJRT orders the execution after the uploads.
+    // 2. Launch on the same device (the executable is portable); PJRT orders it after the uploads.
     Event done;
-    std::vector<Buffer> results = exe_->execute(raw, nullptr, &done);
+    std::vector<Buffer> results = exe_->execute(raw, client_->devices()[device].handle, &done);
+    (*executions_)[device].fetch_add(1, std::memory_order_relaxed);
     TPU_CHECK(results.size() == outputs_.size(), "PJRT executable returned ", results.size(), " outputs, expected ",
               outputs_.size());
     // 3. Start the downloads of the requested outputs into dense host tensors.
@@ -171,6 +177,7 @@ class PjrtExecutable final : public runtime::Executable {
   }
 
   std::shared_ptr<Client> client_;
+  std::shared_ptr<std::vector<std::atomic<int64_t>>> executions_;
   std::unique_ptr<LoadedExecutable> exe_;
   std::vector<Argument> args_;
   std::vector<int32_t> outputs_;
@@ -206,11 +213,34 @@ std::unique_ptr<runtime::Executable> PjrtRuntime::compile(const ir::Graph& graph
   }
   std::string mlir = stablehlo::emit_stablehlo(graph, outputs);
   static const std::string options = compile_options_proto();
-  auto exe = client_->compile(mlir, options);
+  std::unique_ptr<LoadedExecutable> exe = executable_cache_ ? executable_cache_->load(*client_, mlir) : nullptr;
+  if (exe == nullptr) {
+    exe = client_->compile(mlir, options);
+    compiles_.fetch_add(1, std::memory_order_relaxed);
+    if (executable_cache_) executable_cache_->store(*client_, mlir, *exe);
+  }
   TPU_CHECK(exe->num_outputs() == outputs.size(), "PJRT compiled a program with ", exe->num_outputs(),
             " outputs, expected ", outputs.size());
-  return std::make_unique<PjrtExecutable>(client_, std::move(exe), std::move(args), outputs, std::move(dtypes),
-                                          std::move(shapes));
+  return std::make_unique<PjrtExecutable>(client_, executions_, std::move(exe), std::move(args), outputs,
+                                          std::move(dtypes), std::move(shapes));
+}
+
+PjrtRuntime::PjrtRuntime(std::shared_ptr<Client> client)
+    : client_(std::move(client)), executable_cache_(ExecutableCache::open(*client_, compile_options_proto())) {}
+
+ExecutableCacheStats PjrtRuntime::executable_cache_stats() const {
+  return executable_cache_ ? executable_cache_->stats() : ExecutableCacheStats{};
+}
+
+std::string PjrtRuntime::device_name(int index) const {
+  const DeviceInfo& d = client_->devices().at(static_cast<size_t>(index));
+  return d.kind + " (" + client_->platform_name() + " via PJRT)";
+}
+
+std::vector<int64_t> PjrtRuntime::executions_per_device() const {
+  std::vector<int64_t> out;
+  for (const auto& n : *executions_) out.push_back(n.load(std::memory_order_relaxed));
+  return out;
 }
 
 static PjrtRuntime* g_runtime = nullptr;
