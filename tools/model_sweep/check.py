@@ -1,4 +1,4 @@
-"""Run one architecture on CPU and on "tpu" (strict and fused) and compare.
+"""Run one architecture (of any source, see sources.py) on CPU and on "tpu" (strict, fused) and compare.
 
 For each target: build the model from its tiny config under a fixed seed, make synthetic inputs
 for its head, run forward on CPU, then copy the same weights to "tpu" and run forward in each
@@ -45,6 +45,11 @@ class SetupError(Exception):
 
 
 def build(target: Target) -> torch.nn.Module:
+    """The tiny model of `target`, initialized under seed 0."""
+    if target.source == "diffusers":
+        from . import diffusers_models
+        torch.manual_seed(SEED)
+        return diffusers_models.build(target.model_type)
     import transformers
     cls = getattr(transformers, target.class_name)
     config = tiny_config(target.model_type)
@@ -55,6 +60,9 @@ def build(target: Target) -> torch.nn.Module:
 
 def make_inputs(target: Target, model: torch.nn.Module) -> dict[str, Any]:
     """Synthetic inputs (with labels, so the model computes its own loss) for the model's head."""
+    if target.source == "diffusers":
+        from . import diffusers_models
+        return diffusers_models.make_inputs(target.model_type)
     g = torch.Generator().manual_seed(1)
     config = model.config
     name = getattr(model, "main_input_name", "input_ids")
@@ -122,11 +130,16 @@ def outputs_of(out: Any) -> dict[str, torch.Tensor]:
     return res
 
 
-def loss_of(out: Any) -> torch.Tensor:
+def loss_of(out: Any, target: Target | None = None) -> torch.Tensor:
+    """The model's own loss; for diffusers models the denoising MSE against a fixed target."""
     loss = getattr(out, "loss", None)
     if isinstance(loss, torch.Tensor):
         return loss
     first = next(iter(outputs_of(out).values()))
+    if target is not None and target.source == "diffusers":
+        from . import diffusers_models
+        want = diffusers_models.loss_target(first).to(first.device)
+        return torch.nn.functional.mse_loss(first.float(), want.float())
     return first.float().square().mean()
 
 
@@ -165,11 +178,12 @@ def _forward(model: torch.nn.Module, inputs: dict, device: str) -> dict[str, tor
     return {k: v.cpu() for k, v in outputs_of(out).items()}
 
 
-def _train_step(model: torch.nn.Module, inputs: dict, device: str) -> tuple[torch.Tensor, dict, dict]:
+def _train_step(model: torch.nn.Module, inputs: dict, device: str,
+                target: Target | None = None) -> tuple[torch.Tensor, dict, dict]:
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=ADAM_EPS, weight_decay=0.01)
     out = model(**to_device(inputs, device))
-    loss = loss_of(out)
+    loss = loss_of(out, target)
     loss.backward()
     grads = {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters() if p.grad is not None}
     opt.step()
@@ -216,7 +230,8 @@ def run_target(target: Target, modes: tuple[str, ...] = ("strict", "fused"), tra
     """Everything the sweep records for one architecture."""
     import torch_tpu
 
-    rec: dict[str, Any] = {"model_type": target.model_type, "head": target.head, "class": target.class_name}
+    rec: dict[str, Any] = {"model_type": target.model_type, "head": target.head, "class": target.class_name,
+                           "source": target.source}
     t0 = time.perf_counter()
     try:
         base = build(target)
@@ -229,7 +244,7 @@ def run_target(target: Target, modes: tuple[str, ...] = ("strict", "fused"), tra
         ref_train = None
         if train:
             try:
-                ref_train = _train_step(copy.deepcopy(base), inputs, "cpu")
+                ref_train = _train_step(copy.deepcopy(base), inputs, "cpu", target)
             except Exception as e:  # noqa: BLE001 - recorded: CPU cannot train this head as built
                 rec["train_setup_error"] = f"{type(e).__name__}: {str(e)[:300]}"
     except Exception as e:  # noqa: BLE001 - recorded as a setup failure
@@ -250,7 +265,7 @@ def run_target(target: Target, modes: tuple[str, ...] = ("strict", "fused"), tra
             if ref_train is not None:
                 try:
                     model = copy.deepcopy(base).to("tpu")
-                    loss, grads, params = _train_step(model, inputs, "tpu")
+                    loss, grads, params = _train_step(model, inputs, "tpu", target)
                     bad = (_compare({"loss": ref_train[0]}, {"loss": loss}, "train")
                            or _compare(ref_train[1], grads, "grad")
                            or _compare_params(ref_train[2], params, ref_train[1]))

@@ -195,11 +195,16 @@ def _plain_dict(config: Any) -> dict:
 
 @dataclasses.dataclass
 class Target:
-    """One architecture of the sweep: the model type and the head class chosen to test it."""
+    """One architecture of the sweep: the model type and the head class chosen to test it.
+
+    `source` is the library the model comes from (tools/model_sweep/sources.py); for
+    transformers the model type is the config's, for other sources a name the source defines.
+    """
 
     model_type: str
     head: str
     class_name: str
+    source: str = "transformers"
 
 
 def architectures(include: set[str] | None = None) -> list[Target]:
