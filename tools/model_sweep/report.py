@@ -85,10 +85,11 @@ _HOW = {
         "hub access).",
     ],
     "diffusers": [
-        "Tiny UNet2DModel, UNet2DConditionModel (cross-attention) and AutoencoderKL built from the",
-        "init dicts of diffusers' own model tests (tools/model_sweep/diffusers_models.py; batch 2,",
-        "seed 0). The training step's loss is the denoising objective, the mean squared error between",
-        "the model's `.sample` and a fixed random target.",
+        "Tiny UNets (2-D, 2-D with cross-attention, 1-D), autoencoders (KL, VQ, tiny) and diffusion",
+        "transformers (DiT, PixArt, SD3, Flux) built from the init dicts of diffusers' own model tests",
+        "(tools/model_sweep/diffusers_models.py; seed 0, no downloads). The training step's loss is",
+        "the denoising objective, the mean squared error between the model's `.sample` and a fixed",
+        "random target; dropout and classifier-free-guidance label drops are set to 0.",
     ],
 }
 
