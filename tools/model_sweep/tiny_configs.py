@@ -87,7 +87,7 @@ _LIST_SIZES: dict[str, str] = {
     "mlp_layer_types": "truncate", "block_repeats": "ones", "stage_depths": "ones",
 }
 
-_ZERO_FLOAT_MARKERS = ("dropout", "drop_path", "layerdrop", "drop_rate", "mask_time_prob",
+_ZERO_FLOAT_MARKERS = ("dropout", "drop_path", "drop_connect", "layerdrop", "drop_rate", "mask_time_prob",
                        "mask_feature_prob", "stochastic_depth", "attn_pdrop", "resid_pdrop",
                        "embd_pdrop", "hidden_pdrop", "attention_pdrop", "summary_first_dropout")
 
@@ -103,6 +103,10 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     # lengths and its axial position embedding shape to multiply to the sequence length.
     "reformer": {"axial_pos_shape": [4, 4], "axial_pos_embds_dim": [16, 16], "lsh_attn_chunk_length": 4,
                  "local_attn_chunk_length": 4, "attn_layers": ["local", "lsh"], "max_position_embeddings": 16},
+    # EfficientNet's top convolution has round_filters(1280) channels (scaled by
+    # width_coefficient) while its batch norm and classifier use hidden_dim: the two must agree
+    # (1280 * 0.25 = 320); depth_coefficient 0.5 halves the block repeats (16 -> 10 blocks).
+    "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.5, "hidden_dim": 320},
     # Funnel's pooling needs block sizes that halve the (short) sequence at most twice.
     "funnel": {"block_sizes": [1, 1], "num_decoder_layers": 1},
 }
