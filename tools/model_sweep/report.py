@@ -25,6 +25,8 @@ def totals(results: list[dict]) -> dict:
     for mode in MODES:
         for kind in KINDS:
             t[f"{mode}_{kind}_pass"] = sum(1 for r in results if _cls(r, mode, kind) == "pass")
+    t["ill_conditioned"] = sum(1 for r in results for mode in MODES for kind in KINDS
+                               if _cls(r, mode, kind) == "ill-conditioned")
     t["train_testable"] = sum(1 for r in results if "setup_error" not in r and "train_setup_error" not in r)
     ops = collections.Counter()
     for r in results:
@@ -121,7 +123,10 @@ def write_reports(results: list[dict], meta: dict, json_path: Path, md_path: Pat
         "compared with CPU. Dropout probabilities are set to 0 so both devices compute the same function.",
         "",
         "Failure classes: `missing op` (NotImplementedError naming the ATen op; the first one hit),",
-        "`numerics` (ran, values differ), `crash` (other exception on the device), `slow` (killed",
+        "`numerics` (ran, values differ), `ill-conditioned` (values differ from CPU float32, but the",
+        "device is at most 2x farther from a float64 CPU run than CPU float32 is: the tiny model",
+        "amplifies rounding, e.g. batch norm over 2 samples; not a pass, not a device error),",
+        "`crash` (other exception on the device), `slow` (killed",
         "by the per-model timeout), `setup` (the tiny model or its CPU reference failed: a harness",
         "limitation, not a device result).",
         "",
@@ -137,6 +142,7 @@ def write_reports(results: list[dict], meta: dict, json_path: Path, md_path: Pat
             f"- strict: forward pass {t['strict_forward_pass']}, train step pass {t['strict_train_pass']}",
             f"- fused: forward pass {t['fused_forward_pass']}, train step pass {t['fused_train_pass']}"
             f" ({fused_ratio:.0%} of strict forward)",
+            f"- ill-conditioned cells (model x mode x forward/train; not passes): {t['ill_conditioned']}",
         ]
         if elapsed is not None:
             lines.append(f"- wall time of the run that last swept it: {elapsed / 60:.1f} min")

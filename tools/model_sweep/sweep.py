@@ -148,10 +148,17 @@ def main() -> None:
     ap.add_argument("--readme", action="store_true", help="update the README summary line")
     ap.add_argument("--merge", action="store_true",
                     help="keep the existing JSON's records and replace only the models swept now")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: regenerate the Markdown (and README line) from the existing JSON")
     args = ap.parse_args()
 
     from .report import load_previous, write_reports
     from .sources import all_targets, unavailable, versions
+    if args.report_only:
+        results, meta = load_previous(Path(args.json))
+        meta["unavailable"] = unavailable()
+        write_reports(results, meta, Path(args.json), Path(args.md), readme=ROOT / "README.md" if args.readme else None)
+        return
     only = {s for s in args.only.split(",") if s}
     targets = all_targets(only or None)
     t0 = time.monotonic()
