@@ -1,6 +1,13 @@
 """Hugging Face model coverage sweep: every architecture x {strict, fused} x {forward, train}.
 
-    PYTHONPATH=. python -m tools.model_sweep.sweep [--workers 2] [--timeout 120] [--only a,b]
+    PYTHONPATH=. python -m tools.model_sweep.sweep [--workers 2] [--timeout 150] [--only a,b] [--merge]
+
+Sources: transformers (every architecture with a task head) and diffusers (tiny UNet /
+autoencoder configs); see sources.py, also for why timm is not swept. `--only` takes source
+names and/or model types; with `--merge` the run replaces only those records in the existing
+docs/model-coverage.json and regenerates the docs from the merged records, e.g.
+`--only diffusers --merge --readme` re-runs the diffusers models (seconds) without the
+33-minute transformers sweep.
 
 Models run in worker processes (tools/model_sweep/worker.py); a model that exceeds --timeout
 seconds (all modes together) is recorded as "slow" and its worker is replaced, and a model
@@ -112,10 +119,11 @@ def run_sweep(model_types: list[str], workers: int, timeout: float, log=None) ->
 
 
 def _failed(model_type: str, cls: str, error: str, seconds: float) -> dict:
-    from .tiny_configs import architectures
-    t = next(t for t in architectures() if t.model_type == model_type)
+    from .sources import all_targets
+    t = next(t for t in all_targets() if t.model_type == model_type)
     res = {"class": cls, "error": error}
-    return {"model_type": model_type, "head": t.head, "class": t.class_name, "seconds": round(seconds, 1),
+    return {"model_type": model_type, "head": t.head, "class": t.class_name, "source": t.source,
+            "seconds": round(seconds, 1),
             "strict": {"forward": res, "train": res}, "fused": {"forward": res, "train": res}}
 
 
@@ -133,29 +141,49 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=150.0)
-    ap.add_argument("--only", default="", help="comma-separated model types")
+    ap.add_argument("--only", default="",
+                    help="comma-separated sources (transformers, diffusers) and/or model types")
     ap.add_argument("--json", default=str(ROOT / "docs" / "model-coverage.json"))
     ap.add_argument("--md", default=str(ROOT / "docs" / "model-coverage.md"))
     ap.add_argument("--readme", action="store_true", help="update the README summary line")
-    ap.add_argument("--merge", action="store_true", help="update only the given models in the existing JSON")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the existing JSON's records and replace only the models swept now")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: regenerate the Markdown (and README line) from the existing JSON")
     args = ap.parse_args()
 
-    from .report import write_reports
-    from .tiny_configs import architectures
+    from .report import load_previous, write_reports
+    from .sources import all_targets, unavailable, versions
+    if args.report_only:
+        results, meta = load_previous(Path(args.json))
+        meta["unavailable"] = unavailable()
+        write_reports(results, meta, Path(args.json), Path(args.md), readme=ROOT / "README.md" if args.readme else None)
+        return
     only = {s for s in args.only.split(",") if s}
-    types = [t.model_type for t in architectures(only or None)]
+    targets = all_targets(only or None)
     t0 = time.monotonic()
-    results = run_sweep(types, args.workers, args.timeout)
+    results = run_sweep([t.model_type for t in targets], args.workers, args.timeout)
     elapsed = time.monotonic() - t0
+    swept_sources = sorted({t.source for t in targets})
+    # A source's wall time is that of the last run that swept all of it (together with whatever
+    # else that run swept); a run of a few of its models merged into it keeps that figure.
+    whole = [s for s in swept_sources if not only or s in only
+             or {t.model_type for t in all_targets({s})} <= only]
+    meta: dict = {"sources": {}, "unavailable": unavailable()}
     if args.merge and Path(args.json).exists():
-        old = json.loads(Path(args.json).read_text())
-        keep = {r["model_type"]: r for r in old["results"]}
-        for r in results:
-            keep[r["model_type"]] = r
-        results = list(keep.values())
-        elapsed = old.get("elapsed_s", elapsed)
+        old_results, old_meta = load_previous(Path(args.json))
+        fresh = {r["model_type"] for r in results}
+        results = [r for r in old_results if r["model_type"] not in fresh] + results
+        meta["sources"].update(old_meta.get("sources", {}))
+    ver = versions()
+    for s in swept_sources:
+        entry = dict(meta["sources"].get(s, {}))
+        entry["version"] = ver[s]
+        if s in whole or "elapsed_s" not in entry:
+            entry["elapsed_s"] = round(elapsed)
+        meta["sources"][s] = entry
     results.sort(key=lambda r: r["model_type"])
-    write_reports(results, elapsed, Path(args.json), Path(args.md), readme=ROOT / "README.md" if args.readme else None)
+    write_reports(results, meta, Path(args.json), Path(args.md), readme=ROOT / "README.md" if args.readme else None)
 
 
 if __name__ == "__main__":

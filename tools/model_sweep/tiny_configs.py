@@ -87,7 +87,7 @@ _LIST_SIZES: dict[str, str] = {
     "mlp_layer_types": "truncate", "block_repeats": "ones", "stage_depths": "ones",
 }
 
-_ZERO_FLOAT_MARKERS = ("dropout", "drop_path", "layerdrop", "drop_rate", "mask_time_prob",
+_ZERO_FLOAT_MARKERS = ("dropout", "drop_path", "drop_connect", "layerdrop", "drop_rate", "mask_time_prob",
                        "mask_feature_prob", "stochastic_depth", "attn_pdrop", "resid_pdrop",
                        "embd_pdrop", "hidden_pdrop", "attention_pdrop", "summary_first_dropout")
 
@@ -103,6 +103,26 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     # lengths and its axial position embedding shape to multiply to the sequence length.
     "reformer": {"axial_pos_shape": [4, 4], "axial_pos_embds_dim": [16, 16], "lsh_attn_chunk_length": 4,
                  "local_attn_chunk_length": 4, "attn_layers": ["local", "lsh"], "max_position_embeddings": 16},
+    # EfficientNet's top convolution has round_filters(1280) channels (scaled by
+    # width_coefficient) while its batch norm and classifier use hidden_dim: the two must agree
+    # (1280 * 0.25 = 320); depth_coefficient 0.5 halves the block repeats (16 -> 10 blocks).
+    "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.5, "hidden_dim": 320},
+    # Swin's relative-position bias is sized for window_size at init, but a stage whose feature
+    # map is smaller than the window attends over the whole (smaller) map: 32x32 images in
+    # 4x4 patches give 8/4/2 maps over three stages, so windows of 2 fit every stage.
+    "swin": {"depths": [1, 1, 1], "num_heads": [2, 2, 2], "window_size": 2},
+    "donut-swin": {"depths": [1, 1, 1], "num_heads": [2, 2, 2], "window_size": 2},
+    # BiT's group norms use num_groups groups of the (tiny) bottleneck width 16 / 4 = 4 channels.
+    "bit": {"num_groups": 2},
+    # LeViT's patch embedding always downsamples 16x (four stride-2 convs) while its attention
+    # biases are sized from image_size // patch_size: patch_size must be 16 (64x64 -> 4x4 tokens).
+    "levit": {"patch_size": 16, "image_size": 64},
+    # CvT indexes the per-layer drop-path rates by stage number, so stage i needs >= i + 1
+    # layers; its embed_dim is a per-stage list (not a shrunk int attribute).
+    "cvt": {"depth": [1, 2, 3], "embed_dim": [16, 32, 64]},
+    # MobileViTv2 downsamples 32x and then unfolds 2x2 patches: 64x64 images leave a 2x2 map;
+    # width_multiplier scales its (otherwise fixed) attention widths 128-256.
+    "mobilevitv2": {"image_size": 64, "width_multiplier": 0.25, "n_attn_blocks": [1, 1, 1]},
     # Funnel's pooling needs block sizes that halve the (short) sequence at most twice.
     "funnel": {"block_sizes": [1, 1], "num_decoder_layers": 1},
 }
@@ -150,6 +170,9 @@ def shrink(config: Any, model_type: str | None = None) -> Any:
             setattr(config, name, _shrink_list(_LIST_SIZES[name], value, n_layers))
         elif isinstance(value, float) and any(m in name for m in _ZERO_FLOAT_MARKERS):
             setattr(config, name, 0.0)
+        elif (isinstance(value, (list, tuple)) and value and all(isinstance(x, float) for x in value)
+              and any(m in name for m in _ZERO_FLOAT_MARKERS)):  # per-stage rates (CvT)
+            setattr(config, name, [0.0] * len(value))
     vocab = getattr(config, "vocab_size", None)
     if isinstance(vocab, int):
         # Special token ids of the full-size vocabulary would index past the tiny one.
@@ -195,11 +218,16 @@ def _plain_dict(config: Any) -> dict:
 
 @dataclasses.dataclass
 class Target:
-    """One architecture of the sweep: the model type and the head class chosen to test it."""
+    """One architecture of the sweep: the model type and the head class chosen to test it.
+
+    `source` is the library the model comes from (tools/model_sweep/sources.py); for
+    transformers the model type is the config's, for other sources a name the source defines.
+    """
 
     model_type: str
     head: str
     class_name: str
+    source: str = "transformers"
 
 
 def architectures(include: set[str] | None = None) -> list[Target]:
