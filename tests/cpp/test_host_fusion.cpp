@@ -293,8 +293,8 @@ TEST(HostFusion, RowClusterLimits) {
     auto got = check(p, {mean}, {tensor_binding(xv)}, 1, /*exact=*/false);
     EXPECT_TRUE(at::allclose(got[0], (xv * xv).mean(), 1e-5, 1e-6));
   }
-  for (auto [shape, dims] : {std::pair<std::vector<int64_t>, std::vector<int64_t>>{{2, host::kMaxRow + 8}, {1}},
-                             {{40, 16}, {0}}}) {
+  for (auto [shape, dims] :
+       {std::pair<std::vector<int64_t>, std::vector<int64_t>>{{2, host::kMaxRow + 8}, {1}}, {{40, 16}, {0}}}) {
     Program p;
     int32_t x = p.param(0, DType::kF32, shape);
     int32_t sq = p.add(OpKind::kMul, DType::kF32, shape, {x, x});
