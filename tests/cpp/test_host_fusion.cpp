@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "graph_helpers.h"
 #include "ir/verifier.h"
@@ -184,7 +186,7 @@ TEST(HostFusion, StridedInputsAndStridedDirectOutput) {
   EXPECT_EQ(obuf[0][1].item<float>(), -1.f);  // untouched between the strided elements
 }
 
-TEST(HostFusion, ClusterValueReadByReductionIsStored) {
+TEST(HostFusion, RowReductionJoinsItsPrologueAndEpilogue) {
   Program p;
   int32_t x = p.param(0, DType::kF32, {64, 33});
   int32_t a = p.add(OpKind::kMul, DType::kF32, {64, 33}, {x, x});
@@ -194,11 +196,124 @@ TEST(HostFusion, ClusterValueReadByReductionIsStored) {
   int32_t c = p.add(OpKind::kDiv, DType::kF32, {64, 33}, {b, bs});
   int32_t d = p.add(OpKind::kExp, DType::kF32, {64, 33}, {c});
   at::Tensor xv = at::randn({64, 33});
-  // [mul, add] stored for the reduction, then [broadcast, div, exp] reading it back.
-  check(p, {d}, {tensor_binding(xv)}, 2, /*exact=*/false);
+  // One pass: [mul, add, sum, broadcast, div, exp]; the sum order differs from ATen's.
+  check(p, {d}, {tensor_binding(xv)}, 1, /*exact=*/false);
   HostExecutable exe = compile(p, {d}, true);
-  EXPECT_EQ(exe.stats().steps, 3) << exe.describe();
-  EXPECT_NE(exe.describe().find("stores %2"), std::string::npos) << exe.describe();
+  EXPECT_EQ(exe.stats().steps, 1) << exe.describe();
+  EXPECT_EQ(exe.stats().fused_nodes, 6) << exe.describe();
+  EXPECT_NE(exe.describe().find("rows of 33"), std::string::npos) << exe.describe();
+}
+
+// Softmax as the lowering composes it: max, subtract, exp, sum, divide; 4-d, last dim.
+TEST(HostFusion, SoftmaxRowsInOneCluster) {
+  const std::vector<int64_t> full{6, 4, 7, 19}, lead{6, 4, 7};
+  Program p;
+  int32_t x = p.param(0, DType::kF32, full);
+  int32_t m = p.add(OpKind::kReduce, DType::kF32, lead, {x}, {2, 3});
+  int32_t bm = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {m}, {0, 1, 2});
+  int32_t z = p.add(OpKind::kSub, DType::kF32, full, {x, bm});
+  int32_t e = p.add(OpKind::kExp, DType::kF32, full, {z});
+  int32_t s = p.add(OpKind::kReduce, DType::kF32, lead, {e}, {0, 3});
+  int32_t bs = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {s}, {0, 1, 2});
+  int32_t y = p.add(OpKind::kDiv, DType::kF32, full, {e, bs});
+  at::Tensor xv = at::randn(full) * 4;
+  // The first max reads the parameter (not a member): it stays a kernel, the rest fuses.
+  auto got = check(p, {y, m}, {tensor_binding(xv)}, 1, /*exact=*/false);
+  EXPECT_TRUE(at::allclose(got[0], at::softmax(xv, -1), 1e-5, 1e-6));
+}
+
+// Max and min in a row cluster propagate NaN like amax/amin (and are exact).
+TEST(HostFusion, RowMaxMinPropagateNaN) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {9, 21});
+  int32_t a = p.add(OpKind::kAbs, DType::kF32, {9, 21}, {x});
+  int32_t mx = p.add(OpKind::kReduce, DType::kF32, {9}, {a}, {2, 1});
+  int32_t mn = p.add(OpKind::kReduce, DType::kF32, {9}, {a}, {3, 1});
+  int32_t d = p.add(OpKind::kSub, DType::kF32, {9}, {mx, mn});
+  at::Tensor xv = at::randn({9, 21});
+  xv.index_put_({2, 5}, std::numeric_limits<float>::quiet_NaN());
+  xv.index_put_({4, 20}, -std::numeric_limits<float>::infinity());
+  HostExecutable fused = compile(p, {d, mx}, true), plain = compile(p, {d, mx}, false);
+  EXPECT_EQ(fused.stats().clusters, 1) << fused.describe();
+  auto got = run(fused, p, {d, mx}, {tensor_binding(xv)});
+  auto want = run(plain, p, {d, mx}, {tensor_binding(xv)});
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(at::allclose(got[i], want[i], 0, 0, /*equal_nan=*/true)) << got[i] << want[i];
+  }
+  EXPECT_TRUE(std::isnan(got[1][2].item<float>()));
+}
+
+// Layer norm over the last two dims with the mean and rstd stored (reduced stores), a 0-d
+// constant divisor broadcast to the reduced shape (an open plain cluster merged in), an
+// epsilon from a parameter of the reduced shape, and a strided direct output.
+TEST(HostFusion, LayerNormWithReducedStoresAndStridedOutput) {
+  const std::vector<int64_t> full{5, 9, 6, 20}, lead{5, 9};
+  Program p;
+  int32_t x0 = p.param(0, DType::kF32, full);
+  int32_t eps = p.param(1, DType::kF32, lead);
+  int32_t x = p.add(OpKind::kMul, DType::kF32, full, {x0, p.splat(DType::kF32, 3.0, full)});
+  int32_t n = p.splat(DType::kF32, 120.0, lead);
+  int32_t s = p.add(OpKind::kReduce, DType::kF32, lead, {x}, {0, 2, 3});
+  int32_t mean = p.add(OpKind::kDiv, DType::kF32, lead, {s, n});
+  int32_t bmean = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {mean}, {0, 1});
+  int32_t xc = p.add(OpKind::kSub, DType::kF32, full, {x, bmean});
+  int32_t sq = p.add(OpKind::kMul, DType::kF32, full, {xc, xc});
+  int32_t ss = p.add(OpKind::kReduce, DType::kF32, lead, {sq}, {0, 2, 3});
+  int32_t var = p.add(OpKind::kDiv, DType::kF32, lead, {ss, n});
+  int32_t rstd = p.add(OpKind::kRsqrt, DType::kF32, lead, {p.add(OpKind::kAdd, DType::kF32, lead, {var, eps})});
+  int32_t brstd = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {rstd}, {0, 1});
+  int32_t y = p.add(OpKind::kMul, DType::kF32, full, {xc, brstd});
+  at::Tensor xv = at::randn(full) + 2, ev = at::full(lead, 1e-5);
+  check(p, {y, mean, rstd}, {tensor_binding(xv), tensor_binding(ev)}, 1, /*exact=*/false);
+
+  HostExecutable exe = compile(p, {y, mean, rstd}, true);
+  EXPECT_EQ(exe.stats().fused_nodes, 14) << exe.describe();
+  at::Tensor out = at::zeros({20, 6, 9, 5}).permute({3, 2, 1, 0});  // strided destination
+  at::Tensor mv = at::zeros(lead), rv = at::zeros({9, 5}).t();
+  exe.run({tensor_binding(xv), tensor_binding(ev)},
+          {{y, tensor_binding(out)}, {mean, tensor_binding(mv)}, {rstd, tensor_binding(rv)}}, {});
+  at::Tensor xs = xv * 3;
+  at::Tensor want_mean = at::mean(xs, at::IntArrayRef{2, 3});
+  at::Tensor want_var = at::var(xs, at::IntArrayRef{2, 3}, /*unbiased=*/false);
+  EXPECT_TRUE(at::allclose(mv, want_mean, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(rv, (want_var + 1e-5).rsqrt(), 1e-4, 1e-5));
+  EXPECT_TRUE(at::allclose(out, at::layer_norm(xs, at::IntArrayRef{6, 20}), 1e-4, 1e-5));
+}
+
+// A full reduction to 0-d (a loss's mean) and what stays a kernel: rows over kMaxRow,
+// reductions over leading dims, prod, and reductions of values that are not members.
+TEST(HostFusion, RowClusterLimits) {
+  {
+    Program p;
+    int32_t x = p.param(0, DType::kF32, {300});
+    int32_t sq = p.add(OpKind::kMul, DType::kF32, {300}, {x, x});
+    int32_t s = p.add(OpKind::kReduce, DType::kF32, {}, {sq}, {0, 0});
+    int32_t mean = p.add(OpKind::kDiv, DType::kF32, {}, {s, p.constant(DType::kF32, 300.0)});
+    at::Tensor xv = at::randn({300});
+    auto got = check(p, {mean}, {tensor_binding(xv)}, 1, /*exact=*/false);
+    EXPECT_TRUE(at::allclose(got[0], (xv * xv).mean(), 1e-5, 1e-6));
+  }
+  for (auto [shape, dims] :
+       {std::pair<std::vector<int64_t>, std::vector<int64_t>>{{2, host::kMaxRow + 8}, {1}}, {{40, 16}, {0}}}) {
+    Program p;
+    int32_t x = p.param(0, DType::kF32, shape);
+    int32_t sq = p.add(OpKind::kMul, DType::kF32, shape, {x, x});
+    std::vector<int64_t> attrs{0};
+    attrs.insert(attrs.end(), dims.begin(), dims.end());
+    std::vector<int64_t> out{shape[dims[0] == 0 ? 1 : 0]};
+    int32_t s = p.add(OpKind::kReduce, DType::kF32, out, {sq}, attrs);
+    int32_t y = p.add(OpKind::kExp, DType::kF32, out, {s});
+    at::Tensor xv = at::randn(shape) * 0.01;
+    check(p, {y}, {tensor_binding(xv)}, 0, /*exact=*/true);  // mul, reduce, exp: three kernels
+  }
+  {
+    Program p;
+    int32_t x = p.param(0, DType::kF32, {8, 16});
+    int32_t sq = p.add(OpKind::kMul, DType::kF32, {8, 16}, {x, x});
+    int32_t pr = p.add(OpKind::kReduce, DType::kF32, {8}, {sq}, {1, 1});  // prod
+    int32_t y = p.add(OpKind::kExp, DType::kF32, {8}, {pr});
+    check(p, {y}, {tensor_binding(at::rand({8, 16}) + 0.5)}, 0, /*exact=*/true);
+  }
 }
 
 TEST(HostFusion, OutputsDirectConvertedDuplicatedAndAliasingAnInput) {

@@ -137,6 +137,33 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
       if (static_cast<int32_t>(c) != except) close(static_cast<int32_t>(c));
     }
   };
+  // Row clusters (fusion.h): a reduction of a cluster member, the arithmetic on its result and
+  // the broadcast back join that cluster instead of closing it. An open plain cluster of the
+  // reduced shape that such a node reads (e.g. a broadcast constant divisor) is merged in.
+  auto join_row_cluster = [&](int32_t i) {
+    const ir::Node& node = graph.node(i);
+    for (int32_t o : node.operands) {
+      const int32_t c = cluster_of[o];
+      if (c < 0 || !open[c] || clusters[c]->members().size() >= kMaxClusterNodes) continue;
+      Cluster& cl = *clusters[c];
+      if (!cl.add_row_member(graph, i, [&](int32_t v) { return cluster_of[v] == c; })) continue;
+      for (int32_t p : node.operands) {
+        const int32_t d = cluster_of[p];
+        if (d < 0 || d == c || !open[d] || !cl.can_absorb(*clusters[d])) continue;
+        const auto& ms = clusters[d]->members();
+        if (std::any_of(ms.begin(), ms.end(), [&](int32_t m) { return is_output_[m]; })) continue;
+        // The reduce member was just appended; the absorbed members precede it in the program.
+        cl.absorb_before_last(*clusters[d]);
+        for (int32_t m : ms) cluster_of[m] = c;
+        open[d] = false;
+      }
+      close_reading(node, c);
+      if (is_output_[i]) close_all(c);
+      cluster_of[i] = c;
+      return true;
+    }
+    return false;
+  };
   for (int32_t i = 0; i < num_nodes_; ++i) {
     const ir::Node& node = graph.node(i);
     node_dtype_[i] = to_aten(node.dtype);
@@ -150,6 +177,7 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
       }
       continue;
     }
+    if (options.fuse && join_row_cluster(i)) continue;
     if (!options.fuse || !is_fusible(graph, i)) {
       close_reading(node, -1);
       if (is_output_[i]) close_all(-1);
@@ -163,8 +191,27 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     // A broadcast reads its operand from full-size memory (stride 0), even in its own shape.
     if (node.kind == ir::OpKind::kBroadcastInDim) {
       int32_t oc = cluster_of[node.operands[0]];
-      if (oc >= 0) close(oc);
-      if (oc == c) c = -1;
+      const bool fold = oc >= 0 && oc != c && open[oc] && !node.shape.empty() && clusters[oc]->shape().empty() &&
+                        std::none_of(clusters[oc]->members().begin(), clusters[oc]->members().end(),
+                                     [&](int32_t m) { return is_output_[m]; });
+      if (fold) {
+        // A 0-d value (a Python scalar's convert, say) runs inside the cluster that broadcasts it.
+        if (c >= 0 && !clusters[c]->can_absorb_scalars(*clusters[oc])) {
+          close(c);
+          c = -1;
+        }
+        if (c < 0) {
+          c = static_cast<int32_t>(clusters.size());
+          clusters.push_back(std::make_shared<Cluster>(node.shape));
+          open.push_back(true);
+        }
+        clusters[c]->absorb(*clusters[oc]);
+        for (int32_t m : clusters[oc]->members()) cluster_of[m] = c;
+        open[oc] = false;
+      } else {
+        if (oc >= 0) close(oc);
+        if (oc == c) c = -1;
+      }
     }
     close_reading(node, c);
     if (c >= 0 && clusters[c]->members().size() >= kMaxClusterNodes) close(c);

@@ -82,6 +82,9 @@ enum Op : uint8_t {
   kGt,
   kGe,
   kSelect,
+  kRowSum,  // row clusters: a's row reduced, broadcast over d's row
+  kRowMax,
+  kRowMin,
   kNoOp  // not an op: "not fusible"
 };
 
@@ -223,6 +226,43 @@ TPU_AVX2_CLONES void exec_op(uint8_t op, float* __restrict d, const float* __res
 #undef EW2
 #undef EW3
 #undef TILE_LOOP
+
+// A reduction over each row of m elements of a (n is a multiple of m); every element of the
+// row in d gets the result. Sums add in 8 lanes, then the lanes pairwise: the order differs
+// from ATen's vectorized sum, so sums agree within float32 rounding of the summation. Max and
+// min propagate NaN like amax/amin and are exact.
+TPU_AVX2_CLONES void exec_row(uint8_t op, float* __restrict d, const float* __restrict a, int64_t n, int64_t m) {
+  for (int64_t r0 = 0; r0 < n; r0 += m) {
+    const float* x = a + r0;
+    float acc[8];
+    const float init = op == kRowSum   ? 0.f
+                       : op == kRowMax ? -std::numeric_limits<float>::infinity()
+                                       : std::numeric_limits<float>::infinity();
+    for (float& v : acc) v = init;
+    int64_t i = 0;
+    if (op == kRowSum) {
+      for (; i + 8 <= m; i += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
+      }
+      for (int j = 0; i < m; ++i, ++j) acc[j] += x[i];
+    } else {
+      const bool mx = op == kRowMax;
+      auto pick = [mx](float u, float v) { return u != u ? u : v != v ? v : (mx ? (u > v ? u : v) : (u < v ? u : v)); };
+      for (; i + 8 <= m; i += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] = pick(acc[j], x[i + j]);
+      }
+      for (int j = 0; i < m; ++i, ++j) acc[j] = pick(acc[j], x[i]);
+      for (int j = 0; j < 4; ++j) acc[j] = pick(acc[j], acc[j + 4]);
+      for (int j = 0; j < 2; ++j) acc[j] = pick(acc[j], acc[j + 2]);
+      acc[0] = pick(acc[0], acc[1]);
+    }
+    if (op == kRowSum) {
+      for (int j = 0; j < 4; ++j) acc[j] += acc[j + 4];
+      acc[0] = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+    }
+    std::fill_n(d + r0, m, acc[0]);
+  }
+}
 
 // Round-to-nearest-even to bf16 and back (c10::BFloat16's rounding, NaN -> 0x7fc0).
 inline uint16_t bf16_bits(float x) {
@@ -514,6 +554,30 @@ bool is_fusible(const ir::Graph& g, int32_t id) {
   return true;
 }
 
+int row_reduce_lead_rank(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  if (n.kind != OpKind::kReduce || n.operands.size() != 1 || n.dtype != DType::kF32) return -1;
+  const ir::Node& x = g.node(n.operands[0]);
+  if (x.dtype != DType::kF32) return -1;
+  auto kind = static_cast<ir::ReduceKind>(n.iattrs.at(0));
+  if (kind != ir::ReduceKind::kSum && kind != ir::ReduceKind::kMax && kind != ir::ReduceKind::kMin) return -1;
+  const int64_t rank = static_cast<int64_t>(x.shape.size()), nd = static_cast<int64_t>(n.iattrs.size()) - 1;
+  if (nd < 1) return -1;
+  int64_t row = 1;
+  for (int64_t k = 0; k < nd; ++k) {
+    if (n.iattrs[1 + k] != rank - nd + k) return -1;  // the trailing dims, in order
+    row *= x.shape[rank - nd + k];
+  }
+  if (row < 1 || row > kMaxRow || c10::multiply_integers(x.shape) == 0) return -1;
+  return static_cast<int>(rank - nd);
+}
+
+bool Cluster::can_absorb(const Cluster& other) const {
+  if (lead_rank_ < 0 || other.lead_rank_ >= 0 || static_cast<int>(other.shape_.size()) != lead_rank_) return false;
+  if (members_.size() + other.members_.size() > kMaxClusterNodes) return false;
+  return std::equal(other.shape_.begin(), other.shape_.end(), shape_.begin());
+}
+
 void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
   numel_ = c10::multiply_integers(shape_);
   dtype_ = to_aten(g.node(members_.back()).dtype);
@@ -540,6 +604,10 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       at::Tensor c = on.fattrs.empty() ? at::scalar_tensor(on.iattrs.at(0), at::kLong).to(dt)
                                        : at::scalar_tensor(on.fattrs.at(0), at::kDouble).to(dt);
       splats_.push_back({s, c.to(at::kFloat).item<float>()});
+    } else if (reduced_shape(on.shape)) {  // per-row value: stride 0 along the row
+      std::vector<int64_t> dims(on.shape.size());
+      for (size_t k = 0; k < dims.size(); ++k) dims[k] = static_cast<int64_t>(k);
+      inputs_.push_back({o, s, on.shape, std::move(dims), true});
     } else {
       inputs_.push_back({o, s, on.shape, {}, false});
     }
@@ -550,6 +618,14 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     const int32_t m = members_[k];
     const ir::Node& n = g.node(m);
     member_names_.push_back("%" + std::to_string(m) + " " + ir::op_name(n.kind));
+    if (n.kind == OpKind::kBroadcastInDim && member_pos.count(n.operands.at(0))) {
+      // A reduced value back over its rows: already broadcast in the buffers.
+      Instr in{kCopy, 0, -1, slot_of.at(n.operands[0]), -1, -1};
+      in.dst = fresh();
+      slot_of[m] = in.dst;
+      program_.push_back(in);
+      continue;
+    }
     if (n.kind == OpKind::kBroadcastInDim) {
       int32_t o = n.operands.at(0);
       int16_t s = fresh();
@@ -557,7 +633,12 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       slot_of[m] = s;
       continue;
     }
-    Instr in{node_op(n, g), 0, -1, -1, -1, -1};
+    Op op = node_op(n, g);
+    if (n.kind == OpKind::kReduce) {
+      auto kind = static_cast<ir::ReduceKind>(n.iattrs.at(0));
+      op = kind == ir::ReduceKind::kSum ? kRowSum : kind == ir::ReduceKind::kMax ? kRowMax : kRowMin;
+    }
+    Instr in{op, 0, -1, -1, -1, -1};
     int16_t* srcs[3] = {&in.a, &in.b, &in.c};
     for (size_t j = 0; j < n.operands.size() && j < 3; ++j) *srcs[j] = operand(n.operands[j]);
     in.round = n.dtype == DType::kBF16 ? 1 : n.dtype == DType::kF16 ? 2 : 0;
@@ -574,17 +655,25 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       auto it = member_pos.find(o);
       bool dup = std::find(n.operands.begin(), n.operands.begin() + j, o) != n.operands.begin() + j;
       if (it == member_pos.end() || dup || last_read[it->second] != k || stored[it->second]) continue;
-      if (g.node(o).kind == OpKind::kBroadcastInDim) continue;  // a loaded buffer
+      if (g.node(o).kind == OpKind::kBroadcastInDim) continue;  // a loaded (or copied) buffer
       free_slots.push_back(slot_of[o]);
     }
   }
   // Keep all buffers of a tile within ~128 KiB (L2) when a cluster has many live values.
   const int64_t fit = std::max<int64_t>(128, (int64_t{32768} / std::max<int64_t>(num_slots_, 1)) / 8 * 8);
-  tile_ = std::clamp<int64_t>((numel_ + 7) / 8 * 8, 8, std::min(kMaxTile, fit));
+  if (lead_rank_ >= 0) {  // whole rows per tile
+    row_ = c10::multiply_integers(shape_.begin() + lead_rank_, shape_.end());
+    const int64_t rows = numel_ / row_;
+    tile_ = row_ * std::clamp<int64_t>(std::min(kMaxTile, fit) / row_, 1, std::max<int64_t>(rows, 1));
+  } else {
+    tile_ = std::clamp<int64_t>((numel_ + 7) / 8 * 8, 8, std::min(kMaxTile, fit));
+  }
+  slot_stride_ = (tile_ + 7) / 8 * 8;
   for (size_t k = 0; k < members_.size(); ++k) {
     if (!stored[k]) continue;
+    const ir::Node& n = g.node(members_[k]);
     store_nodes_.push_back(members_[k]);
-    stores_.push_back({members_[k], slot_of[members_[k]], to_aten(g.node(members_[k]).dtype)});
+    stores_.push_back({members_[k], slot_of[members_[k]], to_aten(n.dtype), n.shape, reduced_shape(n.shape)});
   }
 }
 
@@ -610,12 +699,13 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   out_acc.reserve(stores_.size());
   for (size_t j = 0; j < stores_.size(); ++j) {
     const Store& s = stores_[j];
-    at::Tensor dest = outs[j] != nullptr ? *outs[j] : at::empty(shape_, at::TensorOptions().dtype(s.dtype));
+    at::Tensor dest = outs[j] != nullptr ? *outs[j] : at::empty(s.shape, at::TensorOptions().dtype(s.dtype));
     values[s.node] = dest;
-    out_acc.push_back(make_access(dest.numel() ? dest.data_ptr() : nullptr, s.dtype, shape_, dest.strides()));
+    // Reduced values are written once per row: their access walks the lead shape.
+    out_acc.push_back(make_access(dest.numel() ? dest.data_ptr() : nullptr, s.dtype, s.shape, dest.strides()));
   }
   if (numel_ == 0) return;
-  const int64_t tile = tile_, num_tiles = (numel_ + tile - 1) / tile;
+  const int64_t tile = tile_, num_tiles = (numel_ + tile - 1) / tile, stride = slot_stride_, row = row_;
   std::vector<bool> uniform(inputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i) uniform[i] = in_acc[i].uniform();
 
@@ -624,10 +714,11 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     // Per-thread scratch, reused across runs: a fresh vector per run cost a malloc (often
     // above glibc's fastbin sizes, so it consolidated the heap) plus a zero fill.
     thread_local std::vector<float> scratch;
-    const size_t need = static_cast<size_t>(num_slots_) * tile;
+    thread_local std::vector<float> row_values;  // a tile's reduced values being stored
+    const size_t need = static_cast<size_t>(num_slots_) * stride;
     if (scratch.size() < need) scratch.assign(need, 0.f);
     float* buf = scratch.data();
-    auto slot = [&](int16_t s) { return s < 0 ? nullptr : buf + s * tile; };
+    auto slot = [&](int16_t s) { return s < 0 ? nullptr : buf + s * stride; };
     // Splats and uniform inputs are the same for every tile: filled once.
     for (auto [s, v] : splats_) std::fill_n(slot(s), tile, v);
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -644,20 +735,39 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
       // Lanes past n hold stale data from earlier tiles or runs (or zeros): computed, never stored.
       for (const Instr& in : program_) {
         float* d = slot(in.dst);
+        if (in.op >= kRowSum && in.op <= kRowMin) {
+          exec_row(in.op, d, slot(in.a), n, row);
+          continue;
+        }
         if (!(use_sleef && exec_sleef(in.op, d, slot(in.a), slot(in.b), n8))) {
           exec_op(in.op, d, slot(in.a), slot(in.b), slot(in.c), n8);
         }
         if (in.round == 1) round_bf16(d, n8);
         if (in.round == 2) round_f16(d, n);
       }
-      for (size_t j = 0; j < stores_.size(); ++j) store(out_acc[j], start, n, slot(stores_[j].slot));
+      for (size_t j = 0; j < stores_.size(); ++j) {
+        if (!stores_[j].reduced) {
+          store(out_acc[j], start, n, slot(stores_[j].slot));
+          continue;
+        }
+        const float* v = slot(stores_[j].slot);
+        if (stores_[j].shape.empty()) {  // one value for the whole cluster: the first tile writes it
+          if (start == 0) store(out_acc[j], 0, 1, v);
+          continue;
+        }
+        const int64_t rows = n / row;
+        row_values.resize(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) row_values[r] = v[r * row];
+        store(out_acc[j], start / row, rows, row_values.data());
+      }
     }
   });
 }
 
 std::string Cluster::describe() const {
   std::string s = "cluster shape " + c10::str(c10::IntArrayRef(shape_)) + " " + c10::toString(dtype_) + ", tile " +
-                  std::to_string(tile_) + ", " + std::to_string(num_slots_) + " buffers:";
+                  std::to_string(tile_) + (lead_rank_ >= 0 ? " (rows of " + std::to_string(row_) + ")" : "") + ", " +
+                  std::to_string(num_slots_) + " buffers:";
   for (const std::string& m : member_names_) s += " " + m + ",";
   s.pop_back();
   s += "; inputs";

@@ -23,12 +23,25 @@
 //    exports (looked up with dlsym), else std:: per element; both may differ from ATen's
 //    kernels in the last float bit. Arithmetic, compare, select and convert are bit-exact.
 //    Tiles are split across ATen's intra-op thread pool like ATen's own elementwise kernels.
+//  * Row clusters (reductions with their prologue and epilogue): a cluster may also hold f32
+//    sum/max/min reductions over its shape's trailing dims (a "row" of M elements), the
+//    elementwise nodes computed on the reduced values (the lead shape), and broadcasts of those
+//    values back over the rows. Tiles then hold whole rows (k * M elements, M <= kMaxRow), and a
+//    reduced value lives in the tile buffers already broadcast: every element of a row holds its
+//    row's value, so the reduce, the per-row arithmetic and the broadcast back are ordinary tile
+//    instructions and softmax, layer/rms norm or a loss's mean run in one pass with the rows in
+//    cache. Reduced values read from outside are loaded with stride 0 along the row; stored
+//    ones are written once per row. A sum adds each row in 8 lanes then pairwise, an order that
+//    differs from ATen's (also vectorized) sum: results agree within float32 rounding of the
+//    summation, not bit for bit. Max and min are exact.
 // Which nodes form a cluster, and where it runs, is the executor's business (executor.h);
-// a Cluster only knows its members and what to store.
+// a Cluster only knows its members and what to store (and, through add_row_member(), which
+// nodes may join it as row members).
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,11 +55,17 @@ namespace torch_tpu::runtime::host {
 inline constexpr int64_t kMaxTile = 1024;
 // Members per cluster: bounds the buffer count (a cluster that is full is closed).
 inline constexpr size_t kMaxClusterNodes = 64;
+// Longest row a reduction in a row cluster may reduce (elements): a tile holds whole rows.
+inline constexpr int64_t kMaxRow = 8192;
 
 // Whether node `id` may be a cluster member: an elementwise op (unary, binary, compare, select,
 // convert) or broadcast_in_dim whose dtypes the tile engine computes exactly (see above), with
 // operands of the node's own shape. Constants are never members (they are splat operands).
 bool is_fusible(const ir::Graph& g, int32_t id);
+
+// For a reduce node a row cluster may hold (f32 sum/max/min over the trailing dims of its
+// operand, 1 <= row length <= kMaxRow): the number of leading (kept) dims; else -1.
+int row_reduce_lead_rank(const ir::Graph& g, int32_t id);
 
 class Cluster {
  public:
@@ -58,8 +77,36 @@ class Cluster {
   const std::vector<int32_t>& stores() const { return store_nodes_; }
   int64_t tile() const { return tile_; }
 
+  // Leading dims kept by the cluster's reductions (-1: no reduction, a plain cluster).
+  int lead_rank() const { return lead_rank_; }
+
   // Appends member `id` (node order; is_fusible and of this shape).
   void add(int32_t id) { members_.push_back(id); }
+  // Appends `id` as a row member if it is one for this cluster (see the header comment): a
+  // row reduce of a value of this shape (whose lead rank matches earlier reductions), an
+  // is_fusible node of the lead shape reading a reduced member, or a broadcast of a reduced
+  // member back to this shape. `member(v)`: whether node v is a member. Node order is kept
+  // by the caller (ids increase).
+  template <typename Pred>
+  bool add_row_member(const ir::Graph& g, int32_t id, Pred member) {
+    if (!accepts_row_member(g, id, [&](int32_t v) { return member(v); })) return false;
+    if (int r = row_reduce_lead_rank(g, id); r >= 0) lead_rank_ = r;
+    members_.push_back(id);
+    return true;
+  }
+  // Whether `other` (an open plain cluster of this cluster's lead shape, none of its members
+  // an output) may be merged into this one as row members: its members then run here.
+  bool can_absorb(const Cluster& other) const;
+  // Whether `other` (an open cluster) holds only 0-d values (Python scalars converted for this
+  // cluster, say) that may run here instead, held broadcast like reduced values.
+  bool can_absorb_scalars(const Cluster& other) const {
+    return other.shape_.empty() && !shape_.empty() && members_.size() + other.members_.size() < kMaxClusterNodes;
+  }
+  void absorb(const Cluster& other) { members_.insert(members_.end(), other.members_.begin(), other.members_.end()); }
+  // Inserts other's members before this cluster's last member (the node that reads them).
+  void absorb_before_last(const Cluster& other) {
+    members_.insert(members_.end() - 1, other.members_.begin(), other.members_.end());
+  }
   // Builds the tile program. `stored(id)` says whether member id must be written out.
   template <typename Pred>
   void finalize(const ir::Graph& g, Pred stored) {
@@ -93,10 +140,18 @@ class Cluster {
     int32_t node;
     int16_t slot;
     at::ScalarType dtype;
+    std::vector<int64_t> shape;  // the member's shape (the lead shape for reduced values)
+    bool reduced = false;        // written once per row (0-d values: once)
   };
 
  private:
+  template <typename Pred>
+  bool accepts_row_member(const ir::Graph& g, int32_t id, Pred member) const;
   void build(const ir::Graph& g, const std::vector<bool>& stored);
+  // A value held broadcast in the buffers: a reduced (lead-shape) value, or any 0-d value.
+  bool reduced_shape(const std::vector<int64_t>& s) const {
+    return s.size() < shape_.size() && (s.empty() || static_cast<int>(s.size()) == lead_rank_);
+  }
 
   std::vector<int64_t> shape_;
   std::vector<int32_t> members_;
@@ -105,11 +160,40 @@ class Cluster {
   at::ScalarType dtype_ = at::kFloat;      // dtype of the last member (describe() only)
   int64_t numel_ = 0;
   int64_t tile_ = 0;
+  int64_t row_ = 1;          // elements per row (row clusters; tiles hold whole rows)
+  int64_t slot_stride_ = 0;  // floats between tile buffers (tile_ rounded up to 8)
+  int lead_rank_ = -1;
   int16_t num_slots_ = 0;
   std::vector<Input> inputs_;
   std::vector<std::pair<int16_t, float>> splats_;  // slot, value: constants
   std::vector<Instr> program_;
   std::vector<Store> stores_;
 };
+
+template <typename Pred>
+bool Cluster::accepts_row_member(const ir::Graph& g, int32_t id, Pred member) const {
+  const ir::Node& n = g.node(id);
+  if (n.operands.empty()) return false;
+  if (int r = row_reduce_lead_rank(g, id); r >= 0) {
+    return g.node(n.operands[0]).shape == shape_ && (lead_rank_ < 0 || lead_rank_ == r) && member(n.operands[0]);
+  }
+  if (n.kind == ir::OpKind::kBroadcastInDim) {
+    // Back over the rows (a 0-d member: over everything): the value's dims stay where they were.
+    const int32_t o = n.operands[0];
+    const auto& os = g.node(o).shape;
+    if (n.shape != shape_ || !member(o) || !reduced_shape(os)) return false;
+    for (size_t k = 0; k < os.size(); ++k) {
+      if (n.iattrs.at(k) != static_cast<int64_t>(k)) return false;
+    }
+    return true;
+  }
+  // Arithmetic on reduced values (or on 0-d members, in any cluster).
+  const bool on_rows = lead_rank_ >= 0 && static_cast<int>(n.shape.size()) == lead_rank_;
+  if (!(on_rows || n.shape.empty()) || !reduced_shape(n.shape) || !is_fusible(g, id)) return false;
+  for (size_t k = 0; k < n.shape.size(); ++k) {
+    if (n.shape[k] != shape_[k]) return false;
+  }
+  return std::any_of(n.operands.begin(), n.operands.end(), [&](int32_t o) { return member(o); });
+}
 
 }  // namespace torch_tpu::runtime::host
