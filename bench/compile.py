@@ -11,7 +11,11 @@ SmallResNet training step and inference) and prints steps/s and ratios:
   cpu        native PyTorch CPU eager
   inductor   torch.compile(model) on CPU (Inductor, C++ codegen)
 Rounds alternate the variant order; the median per variant is reported (2 shared cores make
-single runs swing by 30%). Compile time: the first training step (Dynamo, AOTAutograd,
+single runs swing by 30%). Besides wall-clock steps/s, the CPU time of the whole process per
+step (every thread: the caller and the tpu stream worker) is reported, and its ratios: on a
+machine shared with other jobs the wall clock mostly measures the share of the cores this
+process got, while CPU time measures the work (run with --threads 1: idle OpenMP threads spin
+and would count as work). Compile time: the first training step (Dynamo, AOTAutograd,
 lowering and compiling forward and backward) of a fresh process with an empty cache
 directory ("cold") and of a second process sharing it ("warm"), for the tpu backend
 (TORCH_TPU_CACHE_DIR) and for Inductor (TORCHINDUCTOR_CACHE_DIR, its FX graph and AOTAutograd
@@ -104,17 +108,20 @@ def _setup(variant: str, model: str, train: bool) -> tuple[Callable[[], object],
     return step, wait
 
 
-def _steps_per_second(step: Callable, wait: Callable, steps: int) -> float:
-    t0 = time.perf_counter()
+def _measure(step: Callable, wait: Callable, steps: int) -> tuple[float, float]:
+    """(steps per second, CPU milliseconds per step of the whole process, every thread)."""
+    c0, t0 = time.process_time(), time.perf_counter()
     for _ in range(steps):
         out = step()
     if isinstance(out, torch.Tensor):
         out.sum().item()
     wait()
-    return steps / (time.perf_counter() - t0)
+    return steps / (time.perf_counter() - t0), (time.process_time() - c0) / steps * 1e3
 
 
-def throughput(model: str, train: bool, variants: list[str], steps: int, rounds: int) -> dict[str, float]:
+def throughput(model: str, train: bool, variants: list[str], steps: int,
+               rounds: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Median steps/s and median CPU ms/step per variant."""
     prepared = {}
     for v in variants:
         step, wait = _setup(v, model, train)
@@ -122,12 +129,13 @@ def throughput(model: str, train: bool, variants: list[str], steps: int, rounds:
             step()
         wait()
         prepared[v] = (step, wait)
-    runs: dict[str, list[float]] = {v: [] for v in variants}
+    runs: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
     for r in range(rounds):
         order = variants if r % 2 == 0 else variants[::-1]
         for v in order:
-            runs[v].append(_steps_per_second(*prepared[v], steps))
-    return {v: statistics.median(s) for v, s in runs.items()}
+            runs[v].append(_measure(*prepared[v], steps))
+    return ({v: statistics.median(x[0] for x in s) for v, s in runs.items()},
+            {v: statistics.median(x[1] for x in s) for v, s in runs.items()})
 
 
 _COMPILE_TIME = r"""
@@ -187,11 +195,14 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f} at start")
     for model in args.models.split(","):
         for train in (True, False):
-            sps = throughput(model, train, variants, args.steps, args.rounds)
+            sps, cpu = throughput(model, train, variants, args.steps, args.rounds)
             what = f"{'TinyGPT' if model == 'gpt' else 'SmallResNet'} {'training step' if train else 'inference'}"
             print(f"{what}: " + ", ".join(f"{v} {s:.1f}/s" for v, s in sps.items()))
             ratios = [f"compiled/{v} {sps['compiled'] / sps[v]:.2f}x" for v in variants if v != "compiled"]
             print("  " + ", ".join(ratios))
+            print("  CPU ms/step: " + ", ".join(f"{v} {c:.1f}" for v, c in cpu.items()))
+            ratios = [f"compiled/{v} {cpu[v] / cpu['compiled']:.2f}x" for v in variants if v != "compiled"]
+            print("  CPU-time throughput " + ", ".join(ratios))
             torch._dynamo.reset()
         if not args.skip_compile_time:
             t = compile_times(model, not args.skip_inductor)

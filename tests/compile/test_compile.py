@@ -275,3 +275,27 @@ def test_resnet_eval_inference_compiles_whole():
         want = model(x)
     assert stats()["fallbacks"] == before
     _close(got, want, 2e-5)  # convolutions: see _close
+
+
+def _grads_vs_cpu(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[dict, dict]:
+    """Parameter gradients of one cross-entropy step: compiled on tpu, and native CPU eager."""
+    ref = copy.deepcopy(model)
+    F.cross_entropy(ref(x), y).backward()
+    dev = copy.deepcopy(model).to(DEV)
+    F.cross_entropy(torch.compile(dev, backend="tpu")(x.to(DEV)), y.to(DEV)).backward()
+    return ({k: p.grad.cpu() for k, p in dev.named_parameters()}, {k: p.grad for k, p in ref.named_parameters()})
+
+
+def test_grouped_dilated_conv_gradients_match_cpu():
+    """Convolution gradients in a compiled backward: the strided input gradient runs as a
+    transposed convolution and the weight gradients through ATen's weight backward on the host
+    runtime (kernels_contract.cpp). Eager tpu uses the same kernels, so the reference is native
+    CPU; tests/lowering/test_nn_conv_pool.py covers more shapes op by op."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 6, 3, stride=2, padding=2, dilation=2, groups=2), nn.ReLU(),
+                          nn.Conv2d(6, 6, (2, 3), stride=(1, 2), padding=(1, 0)), nn.Flatten(), nn.LazyLinear(5))
+    x, y = torch.randn(3, 4, 11, 9), torch.randint(0, 5, (3,))
+    model(x)  # materializes the lazy layer
+    got, want = _grads_vs_cpu(model, x, y)
+    for k in want:
+        _close(got[k], want[k])

@@ -1,7 +1,22 @@
 // Contractions: dot_general as one batched matmul after permute+reshape (the reference's
-// recipe), convolution through at::convolution after materializing lhs dilation and
-// asymmetric/negative padding, which ATen's convolution cannot express.
+// recipe); convolution through ATen's convolution kernels.
+//
+// Convolution: the IR has one op (a cross-correlation with lhs/rhs dilation and edge padding),
+// so the lowering expresses a convolution's two gradients as convolutions too
+// (torch_tpu/lowering/nn_conv.py). Run literally, both are slow on CPU: the input gradient of a
+// strided convolution convolves a zero-dilated grad_output (stride^2 times the work, plus the
+// zero fill), and the weight gradient is a convolution whose "kernel" is the whole grad_output
+// image over transposed operands (copied to be contiguous first). The kernel recognizes both
+// shapes from the node's attributes alone and runs ATen's own kernels for them:
+// * lhs dilation with unit window strides = a transposed convolution: at::convolution with
+//   transposed=true on the kernel un-flipped (the flip and channel swap are the lowering's);
+// * a "kernel" larger than the output = a weight gradient: at::convolution_backward asking for
+//   the weight only, on the operands transposed back (views of the original tensors).
+// Each rewrite is exact (same sums; only the accumulation order differs) and applies only when
+// its padding/output-size identities hold; anything else takes the literal path, which
+// materializes lhs dilation and asymmetric/negative padding that at::convolution cannot express.
 #include <algorithm>
+#include <optional>
 
 #include "common/check.h"
 #include "runtime/host/kernels.h"
@@ -72,15 +87,118 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n) {
   };
 }
 
+// Transposed-convolution form of an IR convolution with lhs dilation (see the file comment):
+// conv(dilate(x, s), flip_swap(W), lo = d*(k-1) - p, hi = lo + op) == conv_transpose(x, W, s, p,
+// op, d). Empty when the identity does not apply (window strides, negative p, ATen's
+// output_padding < max(stride, dilation) rule).
+struct TransposedForm {
+  std::vector<int64_t> stride, padding, output_padding;
+};
+std::optional<TransposedForm> transposed_form(const std::vector<int64_t>& k, const std::vector<int64_t>& strides,
+                                              const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
+                                              const std::vector<int64_t>& ldil, const std::vector<int64_t>& rdil) {
+  TransposedForm f;
+  bool any_dilation = false;
+  for (size_t d = 0; d < k.size(); ++d) {
+    const int64_t p = rdil[d] * (k[d] - 1) - lo[d], op = hi[d] - lo[d];
+    if (strides[d] != 1 || p < 0 || op < 0 || op >= std::max(ldil[d], rdil[d])) return std::nullopt;
+    any_dilation |= ldil[d] > 1;
+    f.stride.push_back(ldil[d]);
+    f.padding.push_back(p);
+    f.output_padding.push_back(op);
+  }
+  if (!any_dilation) return std::nullopt;
+  return f;
+}
+
+// Weight-gradient form of an IR convolution (see the file comment): out [C/g, O, *k] of
+// lhs [C/g, g*N, *sp] and rhs [O, N, *sp'] is the weight gradient [O, C/g, *k] (transposed)
+// of conv(x [N, C, *sp], w, stride = rhs dilation, padding = lo, dilation = window strides),
+// provided that forward convolution's output size is sp'. Taken only when the "kernel" sp'
+// has more elements than the output (a forward convolution's kernel rarely does) and there
+// is no lhs dilation.
+struct WeightGradForm {
+  std::vector<int64_t> stride, padding, dilation;
+};
+std::optional<WeightGradForm> weight_grad_form(const std::vector<int64_t>& sp, const std::vector<int64_t>& kernel,
+                                               const std::vector<int64_t>& out, const std::vector<int64_t>& strides,
+                                               const std::vector<int64_t>& lo, const std::vector<int64_t>& ldil,
+                                               const std::vector<int64_t>& rdil) {
+  int64_t kernel_elems = 1, out_elems = 1;
+  WeightGradForm f;
+  for (size_t d = 0; d < sp.size(); ++d) {
+    kernel_elems *= kernel[d];
+    out_elems *= out[d];
+    const int64_t span = sp[d] + 2 * lo[d] - strides[d] * (out[d] - 1) - 1;
+    if (ldil[d] != 1 || lo[d] < 0 || span < 0 || span / rdil[d] + 1 != kernel[d]) return std::nullopt;
+    f.stride.push_back(rdil[d]);
+    f.padding.push_back(lo[d]);
+    f.dilation.push_back(strides[d]);
+  }
+  if (kernel_elems <= out_elems) return std::nullopt;
+  return f;
+}
+
 Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
   const int32_t l = n.operands[0], r = n.operands[1];
-  const ir::Node& ln = g.node(l);
+  const ir::Node &ln = g.node(l), &rn = g.node(r);
   const size_t k = n.iattrs.at(0);
-  std::vector<int64_t> strides = attr_slice(n, 1, k), lo = attr_slice(n, 1 + k, k),
-                       hi = attr_slice(n, 1 + 2 * k, k), ldil = attr_slice(n, 1 + 3 * k, k),
-                       rdil = attr_slice(n, 1 + 4 * k, k);
+  std::vector<int64_t> strides = attr_slice(n, 1, k), lo = attr_slice(n, 1 + k, k), hi = attr_slice(n, 1 + 2 * k, k),
+                       ldil = attr_slice(n, 1 + 3 * k, k), rdil = attr_slice(n, 1 + 4 * k, k);
   const int64_t groups = n.iattrs.back();
-  // lhs dilation: a zero tensor of the dilated size, with the input at stride ldil.
+  const at::ScalarType dtype = to_aten(n.dtype);
+  const bool upcast = dtype == at::kHalf || dtype == at::kBFloat16;  // as the reference does
+  auto operands = [=](const Values& v) {
+    at::Tensor t = v[l], w = v[r];
+    if (upcast) {
+      t = t.to(at::kFloat);
+      w = w.to(at::kFloat);
+    }
+    return std::make_pair(t, w);
+  };
+  auto result = [=](const at::Tensor& y) { return upcast ? y.to(dtype) : y; };
+  const std::vector<int64_t> sp(ln.shape.begin() + 2, ln.shape.end()), kernel(rn.shape.begin() + 2, rn.shape.end()),
+      out(n.shape.begin() + 2, n.shape.end());
+
+  if (auto f = transposed_form(kernel, strides, lo, hi, ldil, rdil)) {
+    // Un-flip the kernel: reverse spatially, swap in/out channels within each group.
+    const int64_t o = rn.shape[0], c = ln.shape[1];
+    std::vector<int64_t> flip_dims, grouped = {groups, o / groups, c / groups}, swapped = {c, o / groups};
+    for (size_t d = 0; d < k; ++d) {
+      flip_dims.push_back(static_cast<int64_t>(2 + d));
+      grouped.push_back(kernel[d]);
+      swapped.push_back(kernel[d]);
+    }
+    return [=](const Values& v, at::Tensor*) {
+      auto [t, w] = operands(v);
+      at::Tensor wt = at::flip(w, flip_dims).reshape(grouped).transpose(1, 2).reshape(swapped);
+      return result(at::convolution(t, wt, std::nullopt, f->stride, f->padding, rdil, /*transposed=*/true,
+                                    f->output_padding, groups));
+    };
+  }
+  if (auto f = weight_grad_form(sp, kernel, out, strides, lo, ldil, rdil)) {
+    const int64_t cg = ln.shape[0], nb = rn.shape[1], o = rn.shape[0];
+    std::vector<int64_t> split = {cg, groups, nb}, merged = {nb, groups * cg}, perm = {2, 1, 0}, weight = {o, cg};
+    for (size_t d = 0; d < k; ++d) {
+      split.push_back(sp[d]);
+      merged.push_back(sp[d]);
+      perm.push_back(static_cast<int64_t>(3 + d));
+      weight.push_back(out[d]);
+    }
+    return [=](const Values& v, at::Tensor*) {
+      auto [t, go] = operands(v);
+      // The lowering built lhs and rhs as transposes of the forward's input and grad_output:
+      // transposing back gives those tensors' own (usually contiguous) memory.
+      at::Tensor x = groups == 1 ? t.transpose(0, 1) : t.reshape(split).permute(perm).reshape(merged);
+      at::Tensor w = at::empty(weight, x.options());  // only its sizes are read
+      auto grads =
+          at::convolution_backward(go.transpose(0, 1), x, w, std::nullopt, f->stride, f->padding, f->dilation,
+                                   /*transposed=*/false, std::vector<int64_t>(k, 0), groups, {false, true, false});
+      return result(std::get<1>(grads).transpose(0, 1));
+    };
+  }
+
+  // Literal form. lhs dilation: a zero tensor of the dilated size, with the input at stride ldil.
   bool dilate = false;
   std::vector<int64_t> dilated = ln.shape;
   for (size_t d = 0; d < k; ++d) {
@@ -105,10 +223,8 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
     explicit_pad = true;
   }
   const std::vector<int64_t> out_pad(k, 0);
-  const at::ScalarType dtype = to_aten(n.dtype);
-  const bool upcast = dtype == at::kHalf || dtype == at::kBFloat16;  // as the reference does
   return [=](const Values& v, at::Tensor*) {
-    at::Tensor t = v[l], w = v[r];
+    auto [t, w] = operands(v);
     if (dilate) {
       at::Tensor z = at::zeros(dilated, t.options());
       at::Tensor view = z;
@@ -119,13 +235,7 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
       t = z;
     }
     if (explicit_pad) t = at::constant_pad_nd(t, pads, 0);
-    if (upcast) {
-      t = t.to(at::kFloat);
-      w = w.to(at::kFloat);
-    }
-    at::Tensor y = at::convolution(t, w, std::nullopt, strides, conv_pad, rdil,
-                                   /*transposed=*/false, out_pad, groups);
-    return upcast ? y.to(dtype) : y;
+    return result(at::convolution(t, w, std::nullopt, strides, conv_pad, rdil, /*transposed=*/false, out_pad, groups));
   };
 }
 
