@@ -1,7 +1,7 @@
 """Collective bandwidth: the tpu backend against Gloo on CPU tensors, in the same run.
 
-    python bench/collectives.py [--ranks 2] [--min-kib 4] [--max-mib 64] [--rounds 7]
-                                [--batch-seconds 0.05]
+    python bench/collectives.py [--ranks 2] [--min-kib 4] [--max-mib 64] [--rounds 9]
+                                [--batch-seconds 0.1]
 
 Spawns the ranks itself (local processes, loopback TCP), initializes one process group with
 "cpu:gloo,tpu:tpu", and for each size times all_reduce (sum) and all_gather_into_tensor on
@@ -52,11 +52,12 @@ def _agree_max(value: int) -> int:
 
 def _measure(fns: dict, sync: dict, rounds: int, batch_seconds: float) -> dict:
     """Per-round seconds per call of each backend's fn (see the module docstring)."""
-    # Calibrate: one warm-up call each, then the batch size from the slower backend.
+    # Calibrate: one warm-up call each, then the batch size from the slower backend (the best of
+    # three short batches, so one load spike does not shrink every batch of the cell).
     per_call = 0.0
     for kind, fn in fns.items():
         _batch(fn, 1, sync[kind])
-        per_call = max(per_call, _batch(fn, 2, sync[kind]))
+        per_call = max(per_call, min(_batch(fn, 2, sync[kind]) for _ in range(3)))
     calls = _agree_max(min(2000, max(2, int(batch_seconds / max(per_call, 1e-7)))))
     times = {kind: [] for kind in fns}
     order = list(fns)
@@ -101,17 +102,19 @@ def _worker(rank: int, world: int, port: int, sizes: list[int], rounds: int, bat
                 "ratio": statistics.median(ratios),
                 "best": min(times["gloo"]) / min(times["tpu"]),
                 "calls": times["calls"],
+                "us": (statistics.median(times["tpu"]) * 1e6, statistics.median(times["gloo"]) * 1e6),
             }
         rows.append((nbytes, res))
     if rank == 0:
         print(f"{rounds} rounds per cell; busbw GB/s = median over rounds; ratio = median of per-round tpu/gloo; "
-              "best = best tpu round / best gloo round; calls = calls per batch")
-        print(f"{'size':>8} | {'all_reduce':^42} | {'all_gather_into_tensor':^42}")
-        head = f"{'tpu':>8} {'gloo':>8} {'ratio':>7} {'best':>7} {'calls':>6}"
+              "best = best tpu round / best gloo round; us/call = median tpu/gloo; calls = calls per batch")
+        print(f"{'size':>8} | {'all_reduce':^56} | {'all_gather_into_tensor':^56}")
+        head = f"{'tpu':>8} {'gloo':>8} {'ratio':>7} {'best':>7} {'us/call':>13} {'calls':>6}"
         print(f"{'':>8} | {head} | {head}")
         for nbytes, res in rows:
             size = f"{nbytes // 1024} KiB" if nbytes < 1 << 20 else f"{nbytes >> 20} MiB"
-            cells = [f"{c['tpu']:8.3f} {c['gloo']:8.3f} {c['ratio']:6.2f}x {c['best']:6.2f}x {c['calls']:6d}"
+            cells = [f"{c['tpu']:8.3f} {c['gloo']:8.3f} {c['ratio']:6.2f}x {c['best']:6.2f}x "
+                     f"{c['us'][0]:6.0f}/{c['us'][1]:<6.0f} {c['calls']:6d}"
                      for c in (res["all_reduce"], res["all_gather"])]
             print(f"{size:>8} | {cells[0]} | {cells[1]}")
         sys.stdout.flush()
@@ -124,8 +127,8 @@ def main() -> None:
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--min-kib", type=int, default=4)
     p.add_argument("--max-mib", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=7, help="paired tpu/gloo batches per cell")
-    p.add_argument("--batch-seconds", type=float, default=0.05, help="target duration of one batch")
+    p.add_argument("--rounds", type=int, default=9, help="paired tpu/gloo batches per cell")
+    p.add_argument("--batch-seconds", type=float, default=0.1, help="target duration of one batch")
     a = p.parse_args()
     sizes = []
     s = a.min_kib * 1024
