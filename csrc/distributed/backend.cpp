@@ -193,12 +193,16 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
       issue_queue_.push_back(std::move(job));
     }
   }
+  bool wake_issue_thread = !issue_here;
   if (issue_here) {
     issue(job);
     std::lock_guard<std::mutex> lock(mutex_);
     issuing_ = false;
+    // Wake the issue thread only for jobs queued meanwhile: a needless wake-up per call is a
+    // context switch on the path this fast path exists to keep short.
+    wake_issue_thread = !issue_queue_.empty();
   }
-  issue_cv_.notify_one();
+  if (wake_issue_thread) issue_cv_.notify_one();
   return work;
 }
 
