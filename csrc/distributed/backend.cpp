@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <numeric>
 #include <set>
 
 #include "common/check.h"
@@ -67,6 +68,29 @@ std::function<void()> avg_as_sum(c10d::ReduceOp& op, const std::vector<at::Tenso
   };
 }
 
+// A DistBackendError naming the collective and rank, with the transport's message.
+std::exception_ptr describe_error(const char* title, std::exception_ptr error, int rank, int size) {
+  std::string what = "unknown error";
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    what = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  return std::make_exception_ptr(
+      c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                            c10::str("torch_tpu: ", title, " failed on rank ", rank, " of ", size, ": ", what)));
+}
+
+// Gloo's send/recv works have no Future, and a coalesced job's works are TpuWorks of this
+// backend: those complete through the completion thread.
+bool completes_by_future(c10d::OpType type) {
+  return type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE &&
+         type != c10d::OpType::COALESCED;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -129,9 +153,11 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
                                                   std::vector<at::Tensor> result, Start start, Finish finish,
                                                   int barrier_device) {
   for (const auto& t : tensors) check_tensor(t, title);
-  // Every tpu device whose tensors take part (or the barrier's device) gets an event on its
-  // current stream: recording it flushes pending fused work, and the issue thread waits for it,
-  // so the transport reads values the tpu stream has produced.
+  // Every tpu device whose tensors take part (or the barrier's device) is flushed (pending fused
+  // work goes to its stream), and gets an event on its current stream unless that stream has
+  // already run everything: the transport must read values the tpu stream has produced. An idle
+  // stream needs no event, which keeps the stream's worker and the issue thread off the path of
+  // a small collective (recording an event queues a marker the worker has to run).
   std::set<c10::DeviceIndex> devices;
   for (const auto& t : tensors) {
     if (is_tpu(t)) devices.insert(t.device().index());
@@ -140,9 +166,12 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
   std::vector<void*> events;
   try {
     for (auto d : devices) {
+      device::flush_pending(d, device::FlushCause::kStreamEvent);
+      c10::Stream stream = device::current_stream(d);
+      if (device::query_stream(stream)) continue;
       void* event = nullptr;
       events.push_back(nullptr);
-      device::event_record(&event, device::current_stream(d), false);
+      device::event_record(&event, stream, false);
       events.back() = event;
     }
   } catch (...) {
@@ -150,28 +179,80 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
     throw;
   }
   auto work = c10::make_intrusive<TpuWork>(getRank(), type, title, std::move(result));
+  IssueJob job{std::move(events), std::move(start), std::move(finish), work, title, type};
+  bool issue_here = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    issue_queue_.push_back({std::move(events), std::move(start), std::move(finish), work, title});
     if (coalescing_) coalesced_.push_back(work);
+    // Fast path: nothing to wait for and nobody ahead of this job, so issuing it here keeps the
+    // FIFO order; `issuing_` makes later jobs queue behind it until it has been started.
+    if (job.events.empty() && issue_queue_.empty() && !issuing_) {
+      issuing_ = true;
+      issue_here = true;
+    } else {
+      issue_queue_.push_back(std::move(job));
+    }
   }
-  issue_cv_.notify_one();
+  bool wake_issue_thread = !issue_here;
+  if (issue_here) {
+    issue(job);
+    std::lock_guard<std::mutex> lock(mutex_);
+    issuing_ = false;
+    // Wake the issue thread only for jobs queued meanwhile: a needless wake-up per call is a
+    // context switch on the path this fast path exists to keep short.
+    wake_issue_thread = !issue_queue_.empty();
+  }
+  if (wake_issue_thread) issue_cv_.notify_one();
   return work;
 }
 
-std::exception_ptr TpuBackend::describe_error(const char* title, std::exception_ptr error) const {
-  std::string what = "unknown error";
+void TpuBackend::issue(IssueJob& job) {
+  Works works;
+  std::exception_ptr error;
   try {
-    std::rethrow_exception(error);
-  } catch (const c10::Error& e) {
-    what = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    what = e.what();
+    for (void* e : job.events) device::event_synchronize(e);
+    works = job.start();
   } catch (...) {
+    error = std::current_exception();
   }
-  return std::make_exception_ptr(c10::DistBackendError(
-      {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-      c10::str("torch_tpu: ", title, " failed on rank ", getRank(), " of ", getSize(), ": ", what)));
+  for (void* e : job.events) device::event_destroy(e);
+  job.events.clear();
+  if (error) {
+    job.work->complete(describe_error(job.title, error, getRank(), getSize()));
+    return;
+  }
+  complete_when_done({std::move(works), std::move(job.finish), std::move(job.work), job.title, job.type});
+}
+
+void TpuBackend::complete_when_done(CompletionJob job) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  if (job.transport_works.size() == 1 && completes_by_future(job.type)) {
+    try {
+      future = job.transport_works[0]->getFuture();
+    } catch (const c10::Error&) {
+      // A transport work without a Future: the completion thread waits for it instead.
+    }
+  }
+  if (future) {
+    // Runs on Gloo's worker thread when its work finishes (or inline, if it already has).
+    future->addCallback([work = std::move(job.work), finish = std::move(job.finish), title = job.title,
+                         rank = getRank(), size = getSize()](c10::ivalue::Future& f) {
+      std::exception_ptr error;
+      try {
+        if (f.hasError()) std::rethrow_exception(f.exception_ptr());
+        if (finish) finish();
+      } catch (...) {
+        error = describe_error(title, std::current_exception(), rank, size);
+      }
+      work->complete(error);
+    });
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completion_queue_.push_back(std::move(job));
+  }
+  completion_cv_.notify_one();
 }
 
 void TpuBackend::issue_loop() {
@@ -179,29 +260,17 @@ void TpuBackend::issue_loop() {
     IssueJob job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      issue_cv_.wait(lock, [&] { return stopping_ || !issue_queue_.empty(); });
+      issue_cv_.wait(lock, [&] { return (stopping_ || !issue_queue_.empty()) && !issuing_; });
       if (issue_queue_.empty()) return;
       job = std::move(issue_queue_.front());
       issue_queue_.pop_front();
+      issuing_ = true;
     }
-    Works works;
-    std::exception_ptr error;
-    try {
-      for (void* e : job.events) device::event_synchronize(e);
-      works = job.start();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    for (void* e : job.events) device::event_destroy(e);
-    if (error) {
-      job.work->complete(describe_error(job.title, error));
-      continue;
-    }
+    issue(job);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      completion_queue_.push_back({std::move(works), std::move(job.finish), std::move(job.work), job.title});
+      issuing_ = false;
     }
-    completion_cv_.notify_one();
   }
 }
 
@@ -220,7 +289,7 @@ void TpuBackend::completion_loop() {
       for (auto& w : job.transport_works) w->wait();
       if (job.finish) job.finish();
     } catch (...) {
-      error = describe_error(job.title, std::current_exception());
+      error = describe_error(job.title, std::current_exception(), getRank(), getSize());
     }
     job.work->complete(error);
   }
@@ -409,12 +478,45 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall_base(at::Tensor& output, at:
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                                     const c10d::AllToAllOptions& opts) {
-  auto ao = host_aliases(outputs);
-  auto ai = host_aliases(inputs);
+  // Gloo's list form needs every tensor to have the same shape. The backend packs the inputs
+  // into one flat buffer, runs Gloo's all_to_all_single with one split per peer (alltoallv) and
+  // unpacks the received buffer, so each peer's tensor may have its own size and shape.
+  const auto n = static_cast<size_t>(getSize());
+  TPU_CHECK_VALUE(outputs.size() == n && inputs.size() == n, "all_to_all: expected ", n,
+                  " output and input tensors (one per rank), got ", outputs.size(), " and ", inputs.size());
   auto all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
-  return launch(c10d::OpType::ALLTOALL, "all_to_all", all, outputs,
-                [this, ao, ai, opts]() mutable { return Works{transport_->alltoall(ao, ai, opts)}; });
+  for (const auto& t : all) {
+    check_tensor(t, "all_to_all");
+    TPU_CHECK_VALUE(t.scalar_type() == inputs[0].scalar_type(), "all_to_all: every tensor must have one dtype, got ",
+                    t.scalar_type(), " and ", inputs[0].scalar_type());
+  }
+  auto ao = host_aliases(outputs);
+  auto ai = host_aliases(inputs);
+  std::vector<int64_t> in_splits, out_splits;
+  for (const auto& t : inputs) in_splits.push_back(t.numel());
+  for (const auto& t : outputs) out_splits.push_back(t.numel());
+  auto flat = at::TensorOptions().dtype(inputs[0].scalar_type()).device(c10::kCPU);
+  auto send = at::empty({std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0})}, flat);
+  auto recv = at::empty({std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})}, flat);
+  Finish unpack = [ao, recv, out_splits]() mutable {
+    int64_t offset = 0;
+    for (size_t i = 0; i < ao.size(); ++i) {
+      ao[i].copy_(recv.narrow(0, offset, out_splits[i]).view(ao[i].sizes()));
+      offset += out_splits[i];
+    }
+  };
+  return launch(
+      c10d::OpType::ALLTOALL, "all_to_all", all, outputs,
+      [this, ai, send, recv, in_splits, out_splits, opts]() mutable {
+        int64_t offset = 0;  // packed here: the inputs' producers have run
+        for (size_t i = 0; i < ai.size(); ++i) {
+          send.narrow(0, offset, in_splits[i]).view(ai[i].sizes()).copy_(ai[i]);
+          offset += in_splits[i];
+        }
+        return Works{transport_->alltoall_base(recv, send, out_splits, in_splits, opts)};
+      },
+      std::move(unpack));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {

@@ -6,23 +6,29 @@
 // in as a generic c10d::Backend, so no Gloo header is needed); this class adds what makes the
 // aliasing correct and asynchronous:
 //   1. On the calling thread: check the tensors (dense, tpu or CPU), make zero-copy CPU aliases
-//      (from_blob; each alias keeps its tpu storage alive), record an event on the current stream
-//      of every tpu device involved (this flushes pending fused work: collectives are flush
-//      points) and queue an issue job. The host does not block.
-//   2. The issue thread waits for those events (the tensors' producers have run), then starts
-//      the Gloo operation(s) on the aliases. One FIFO thread per backend keeps the order of
-//      collectives identical on every rank, whichever Python thread called.
-//   3. The completion thread waits for the Gloo work in order, applies post-processing that Gloo
-//      lacks (ReduceOp.AVG = SUM, then a division of the aliased memory) and completes the
-//      TpuWork: wait() returns, and the work's Future holds the tpu tensors (not the aliases), so
-//      DDP's reducer and comm hooks see tpu values.
-// Separate issue and completion threads keep point-to-point patterns (irecv before isend on both
+//      (from_blob; each alias keeps its tpu storage alive) and flush pending fused work of every
+//      tpu device involved (collectives are flush points). A device whose current stream still
+//      has unfinished work gets an event recorded on it. The host does not block.
+//   2. Issue, in one FIFO order per backend (the order of collectives must be identical on every
+//      rank, whichever Python thread called): with no event to wait for and nothing queued
+//      before it, the calling thread starts the Gloo operation(s) on the aliases itself (the fast
+//      path of a small collective on an idle stream, see "Per-call cost" in docs/distributed.md);
+//      otherwise the job goes to the issue thread, which waits for the events (the tensors'
+//      producers have run) and then starts it.
+//   3. Completion: a single Gloo work with a Future completes the TpuWork from that Future's
+//      callback (on Gloo's worker thread, no further hand-off); send/recv and coalesced jobs go
+//      through the completion thread, which waits for them in order. Either applies what Gloo
+//      lacks first (ReduceOp.AVG = SUM, then a division of the aliased memory). wait() returns
+//      then, and the work's Future holds the tpu tensors (not the aliases), so DDP's reducer and
+//      comm hooks see tpu values.
+// Separate issue and completion paths keep point-to-point patterns (irecv before isend on both
 // ranks, batch_isend_irecv) from deadlocking on a serial queue.
 // Errors (a peer that died, Gloo's timeout) complete the work with a DistBackendError naming the
 // collective and rank; wait() rethrows it on the caller's thread.
 //
 // Thread safety: the c10d entry points may be called from any thread (autograd threads run DDP's
-// hooks); the queues are locked. TpuWork::wait blocks the calling thread.
+// hooks); the queues are locked. TpuWork::wait blocks the calling thread (docs/distributed.md,
+// "Work.wait()", says why not the stream).
 #pragma once
 
 #include <condition_variable>
@@ -130,15 +136,22 @@ class TpuBackend final : public c10d::Backend {
     Finish finish;
     c10::intrusive_ptr<TpuWork> work;
     const char* title = "";
+    c10d::OpType type = c10d::OpType::UNKNOWN;
   };
   struct CompletionJob {
     Works transport_works;
     Finish finish;
     c10::intrusive_ptr<TpuWork> work;
     const char* title = "";
+    c10d::OpType type = c10d::OpType::UNKNOWN;
   };
-  // A DistBackendError naming the collective and rank, with the transport's message.
-  std::exception_ptr describe_error(const char* title, std::exception_ptr error) const;
+  // Waits for the job's events, starts the transport's operation and hands the result to
+  // complete_when_done. Runs on the issue thread, or on the calling thread for the fast path;
+  // never throws (errors complete the work).
+  void issue(IssueJob& job);
+  // Completes the work when the transport's work finishes: from its Future's callback when it is
+  // a single work with a Future, else through the completion thread.
+  void complete_when_done(CompletionJob job);
 
   c10::intrusive_ptr<c10d::Backend> transport_;
   std::mutex mutex_;
@@ -147,6 +160,7 @@ class TpuBackend final : public c10d::Backend {
   std::deque<CompletionJob> completion_queue_;
   bool stopping_ = false;    // the issue thread drains its queue and exits
   bool issue_done_ = false;  // then the completion thread does
+  bool issuing_ = false;     // a job is being issued (by the issue thread or a caller's fast path)
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   std::thread issue_thread_, completion_thread_;

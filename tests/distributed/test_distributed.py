@@ -89,11 +89,12 @@ def main_launch(tmp_path_factory):
 
 
 COLLECTIVE_CHECKS = (
-    ["tpu_backend_selected", "backend_selected", "send_recv", "coalesced", "async_work_and_future", "fused_mode_flushes", "barrier",
-     "object_collectives"]
+    ["tpu_backend_selected", "backend_selected", "send_recv", "coalesced", "async_work_and_future",
+     "issue_order_mixed_paths", "fused_mode_flushes", "barrier", "object_collectives"]
     + [f"{c}_{dt}" for dt in ("float32", "bfloat16", "int32")
        for c in ("all_reduce_sum", "all_reduce_min", "all_reduce_max", "all_reduce_product", "broadcast", "all_gather", "all_gather_into_tensor",
-                 "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single_uneven",
+                 "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_uneven",
+                 "all_to_all_single_uneven",
                  "gather_scatter_reduce")]
     + [f"{c}_{dt}" for dt in ("float32", "bfloat16") for c in ("all_reduce_avg", "reduce_scatter_tensor_avg")]
 )

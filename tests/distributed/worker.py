@@ -155,6 +155,21 @@ def phase_collectives() -> None:
                 same(a, b)
         check(f"all_to_all_{n}", all_to_all)
 
+        def all_to_all_uneven():
+            # rank r sends a (r + 1 + d, 3) tensor to rank d (Gloo's list form rejects this); the
+            # reference is Gloo's all_to_all_single over the same values flattened and packed.
+            xs = [data((RANK + 1 + d, 3), dt, 85 + RANK * 10 + d) for d in range(WORLD)]
+            shapes = [(s + 1 + RANK, 3) for s in range(WORLD)]
+            outs_t = [torch.empty(sh, dtype=dt, device=DEV) for sh in shapes]
+            outs_t[0] = torch.empty(shapes[0][::-1], dtype=dt, device=DEV).t()  # a strided output
+            dist.all_to_all(outs_t, [x.to(DEV) for x in xs])
+            flat_in = torch.cat([x.reshape(-1) for x in xs])
+            flat_out = torch.empty(sum(a * b for a, b in shapes), dtype=dt)
+            dist.all_to_all_single(flat_out, flat_in, [a * b for a, b in shapes], [x.numel() for x in xs])
+            for a, b in zip(outs_t, flat_out.split([a * b for a, b in shapes])):
+                same(a, b.view(a.shape))
+        check(f"all_to_all_uneven_{n}", all_to_all_uneven)
+
         def all_to_all_single_uneven():
             # rank r sends (r + 1 + d) rows to rank d
             in_splits = [RANK + 1 + d for d in range(WORLD)]
@@ -253,6 +268,25 @@ def phase_collectives() -> None:
         same(t, ref)
         assert work.is_completed() and work.is_success()
     check("async_work_and_future", async_work_and_future)
+
+    def issue_order_mixed_paths():
+        # A collective on an idle stream is started by the calling thread, one behind queued tpu
+        # work by the issue thread. Each rank makes a different half of them wait (busy stream),
+        # so a collective overtaking a queued one would pair different collectives across ranks.
+        m = torch.full((96, 96), 0.01, device=DEV)
+        ys, works = [], []
+        for i in range(12):
+            if i % 2 == RANK % 2:
+                for _ in range(4):
+                    m = torch.tanh(m @ m)  # queued work: this collective waits for the stream
+            y = torch.full((8,), float(i * 10 + RANK), device=DEV)
+            works.append(dist.all_reduce(y, async_op=True))
+            ys.append(y)
+        for w in works:
+            w.wait()
+        for i, y in enumerate(ys):
+            same(y, torch.full((8,), float(sum(i * 10 + r for r in range(WORLD)))))
+    check("issue_order_mixed_paths", issue_order_mixed_paths)
 
     def fused_mode_flushes():
         with torch_tpu.mode("fused"):
