@@ -4,9 +4,11 @@
 #include <ATen/Dispatch.h>
 #include <c10/util/TypeCast.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/check.h"
+#include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
 
 namespace torch_tpu::runtime::host {
@@ -196,17 +198,49 @@ void convert_scalar(const at::Tensor& src, at::Tensor& dst) {
   });
 }
 
+// A large kernel split into row blocks on kernel threads (kernel_threads.h): `chunk` is the
+// same kernel built over operand slots 0..k-1, run per block on the operands narrowed to the
+// block's rows (elementwise operands have the node's shape) and writing into the block of the
+// destination. Small nodes (and 0-d or single-row ones) keep `whole` unwrapped.
+Kernel split_large(const ir::Node& n, Kernel whole, Kernel chunk) {
+  const int64_t numel = c10::multiply_integers(n.shape);
+  if (!whole || n.shape.empty() || n.shape[0] < 2 || numel < kSplitMinElements) return whole;
+  return [whole = std::move(whole), chunk = std::move(chunk), operands = n.operands, shape = n.shape,
+          dtype = to_aten(n.dtype), numel](const Values& v, at::Tensor* out) {
+    const int parts = static_cast<int>(std::min<int64_t>(split_parts(numel), shape[0]));
+    if (parts <= 1) return whole(v, out);
+    at::Tensor dst = out ? *out : at::empty(shape, at::TensorOptions().dtype(dtype));
+    const int64_t rows = shape[0];
+    run_split(parts, [&](int part) {
+      const int64_t begin = rows * part / parts, len = rows * (part + 1) / parts - begin;
+      Values args;
+      args.reserve(operands.size());
+      for (int32_t id : operands) {
+        const at::Tensor& t = v[id];
+        args.push_back(t.dim() == static_cast<int64_t>(shape.size()) && t.size(0) == rows ? t.narrow(0, begin, len)
+                                                                                           : t);
+      }
+      at::Tensor block = dst.narrow(0, begin, len);
+      at::Tensor r = chunk(args, &block);
+      if (!r.is_same(block)) block.copy_(r);  // kernels without an `_out` variant
+    });
+    return dst;
+  };
+}
+
 }  // namespace
 
 Kernel make_elementwise_kernel(const ir::Graph& g, int32_t id) {
   const ir::Node& n = g.node(id);
   const at::ScalarType dtype = to_aten(n.dtype);
   if (ir::is_unary_elementwise(n.kind)) {
-    return unary_kernel(n.kind, n.operands[0], g.node(n.operands[0]).dtype == ir::DType::kBool);
+    const bool is_bool = g.node(n.operands[0]).dtype == ir::DType::kBool;
+    return split_large(n, unary_kernel(n.kind, n.operands[0], is_bool), unary_kernel(n.kind, 0, is_bool));
   }
   if (ir::is_binary_elementwise(n.kind)) {
-    return binary_kernel(n.kind, n.operands[0], n.operands[1],
-                         !ir::is_float(g.node(n.operands[0]).dtype));
+    const bool integer = !ir::is_float(g.node(n.operands[0]).dtype);
+    return split_large(n, binary_kernel(n.kind, n.operands[0], n.operands[1], integer),
+                       binary_kernel(n.kind, 0, 1, integer));
   }
   switch (n.kind) {
     case OpKind::kConstant: {
@@ -225,12 +259,15 @@ Kernel make_elementwise_kernel(const ir::Graph& g, int32_t id) {
       };
     }
     case OpKind::kCompare:
-      return compare_kernel(n.iattrs.at(0), n.operands[0], n.operands[1]);
+      return split_large(n, compare_kernel(n.iattrs.at(0), n.operands[0], n.operands[1]),
+                         compare_kernel(n.iattrs.at(0), 0, 1));
     case OpKind::kSelect: {
-      int32_t p = n.operands[0], t = n.operands[1], f = n.operands[2];
-      return [p, t, f](const Values& v, at::Tensor* out) {
-        return out ? at::where_out(*out, v[p], v[t], v[f]) : at::where(v[p], v[t], v[f]);
+      auto select = [](int32_t p, int32_t t, int32_t f) -> Kernel {
+        return [p, t, f](const Values& v, at::Tensor* out) {
+          return out ? at::where_out(*out, v[p], v[t], v[f]) : at::where(v[p], v[t], v[f]);
+        };
       };
+      return split_large(n, select(n.operands[0], n.operands[1], n.operands[2]), select(0, 1, 2));
     }
     case OpKind::kConvert: {
       int32_t x = n.operands[0];
@@ -243,9 +280,12 @@ Kernel make_elementwise_kernel(const ir::Graph& g, int32_t id) {
           return r;
         };
       }
-      return [x, dtype](const Values& v, at::Tensor* out) {
-        return out ? out->copy_(v[x]) : v[x].to(dtype);  // copy_ converts like .to()
+      auto convert = [dtype](int32_t x) -> Kernel {
+        return [x, dtype](const Values& v, at::Tensor* out) {
+          return out ? out->copy_(v[x]) : v[x].to(dtype);  // copy_ converts like .to()
+        };
       };
+      return split_large(n, convert(x), convert(0));
     }
     default:
       return {};

@@ -1,0 +1,41 @@
+// Kernel threads: splitting large elementwise kernels across the host runtime's own threads.
+//
+// Design: a stream worker runs ATen with one OpenMP thread (device/stream.cpp: a second
+// OpenMP team spin-waits between parallel regions and steals the core the Python thread
+// dispatches on). Large elementwise kernels are memory-bound loops that still run faster on
+// two cores than on one, so the host runtime splits them itself: the calling thread runs
+// part 0 and hands the other parts to helper threads, which sleep on a condition variable
+// when idle (they never spin, so they cost nothing between kernels). Only kernels of at least
+// kSplitMinElements elements split: below that the hand-off (a futex wake-up of a sleeping
+// thread, several µs on a VM) costs about what the second thread saves. Callers that already
+// have ATen intra-op threads (the Python thread running a program inline) never split.
+// Threads per kernel, the caller included: TORCH_TPU_HOST_KERNEL_THREADS (default 2, at most
+// the number of CPUs; 1 turns splitting off).
+//
+// Thread safety: run_split may be called from any thread. One split runs at a time; a caller
+// that finds the helpers busy (another stream's worker) runs every part itself. Helpers run
+// each part under the caller's ATen thread-local state (dispatch key exclusions, grad mode).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace torch_tpu::runtime::host {
+
+// The smallest kernel (output elements) worth splitting: 128K elements (512 KiB of float).
+constexpr int64_t kSplitMinElements = int64_t{128} << 10;
+
+// How many parts the calling thread should split a kernel of `numel` output elements into:
+// 1 when the kernel is small, the caller runs ATen with several OpenMP threads, or splitting
+// is off.
+int split_parts(int64_t numel);
+
+// Runs fn(0), ..., fn(parts - 1) and returns when all have finished: part 0 on the calling
+// thread, the others on helper threads (or all on the caller when the helpers are busy).
+// Rethrows the first exception a part threw.
+void run_split(int parts, const std::function<void(int part)>& fn);
+
+// Splits that ran with helper threads since the process started (tests).
+uint64_t splits_with_helpers();
+
+}  // namespace torch_tpu::runtime::host
