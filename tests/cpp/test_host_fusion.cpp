@@ -11,12 +11,15 @@
 #include <limits>
 
 #include "graph_helpers.h"
+#include "host_helpers.h"
 #include "ir/verifier.h"
 #include "runtime/host/executor.h"
 
 namespace torch_tpu::runtime {
 namespace {
 
+using torch_tpu::testing::compile_host;
+using torch_tpu::testing::fresh_targets;
 using torch_tpu::testing::Program;
 using torch_tpu::testing::tensor_binding;
 using host::HostExecutable;
@@ -26,23 +29,14 @@ using ir::Node;
 using ir::OpKind;
 
 HostExecutable compile(const Program& p, const std::vector<int32_t>& outputs, bool fuse) {
-  ir::verify(p.g);
-  HostOptions o;
-  o.fuse = fuse;
-  return HostExecutable(p.g, outputs, o);
+  return compile_host(p, outputs, fuse);
 }
 
 // Fresh contiguous results of `outputs`.
 std::vector<at::Tensor> run(const HostExecutable& exe, const Program& p, const std::vector<int32_t>& outputs,
                             const std::vector<Binding>& inputs) {
   std::vector<at::Tensor> results;
-  std::vector<OutputTarget> targets;
-  for (int32_t o : outputs) {
-    const Node& n = p.g.node(o);
-    results.push_back(at::full(n.shape, 7, static_cast<at::ScalarType>(n.dtype)));
-    targets.push_back({o, tensor_binding(results.back())});
-  }
-  exe.run(inputs, targets, {});
+  exe.run(inputs, fresh_targets(p, outputs, &results), {});
   return results;
 }
 

@@ -11,18 +11,18 @@
 #include <thread>
 
 #include "graph_helpers.h"
+#include "host_helpers.h"
 #include "ir/ops.h"
-#include "ir/verifier.h"
-#include "runtime/host/executor.h"
 #include "runtime/host/kernel_threads.h"
 
 namespace torch_tpu::runtime {
 namespace {
 
+using torch_tpu::testing::compile_host;
+using torch_tpu::testing::fresh_targets;
 using torch_tpu::testing::Program;
 using torch_tpu::testing::tensor_binding;
 using host::HostExecutable;
-using host::HostOptions;
 using ir::DType;
 using ir::OpKind;
 
@@ -89,19 +89,11 @@ TEST(KernelThreads, LargeElementwiseNodesSplitAndMatchAten) {
   int32_t lt = p.add(OpKind::kCompare, DType::kBool, shape, {x, y}, {static_cast<int64_t>(ir::CompareDir::kLt)});
   int32_t sel = p.add(OpKind::kSelect, DType::kF32, shape, {lt, x, prod});
   int32_t half = p.add(OpKind::kConvert, DType::kBF16, shape, {sel});
-  ir::verify(p.g);
-  HostOptions o;
-  o.fuse = false;  // every node is its own kernel step
   const std::vector<int32_t> outputs{sum, prod, ex, lt, sel, half};
-  HostExecutable exe(p.g, outputs, o);
+  HostExecutable exe = compile_host(p, outputs, /*fuse=*/false);  // every node is its own kernel step
   at::Tensor xv = at::randn(shape), yv = at::randn(shape);
   std::vector<at::Tensor> got;
-  std::vector<OutputTarget> targets;
-  for (int32_t out : outputs) {
-    const auto& n = p.g.node(out);
-    got.push_back(at::full(n.shape, 7, static_cast<at::ScalarType>(n.dtype)));
-    targets.push_back({out, tensor_binding(got.back())});
-  }
+  const std::vector<OutputTarget> targets = fresh_targets(p, outputs, &got);
   const uint64_t before = host::splits_with_helpers();
   on_single_threaded_worker([&] { exe.run({tensor_binding(xv), tensor_binding(yv)}, targets, {}); });
   if (std::thread::hardware_concurrency() >= 2) {
@@ -124,10 +116,7 @@ TEST(KernelThreads, ErrorInAHelpersBlockReachesTheCaller) {
   int32_t x = p.param(0, DType::kI32, shape);
   int32_t y = p.param(1, DType::kI32, shape);
   int32_t q = p.add(OpKind::kDiv, DType::kI32, shape, {x, y});
-  ir::verify(p.g);
-  HostOptions o;
-  o.fuse = false;
-  HostExecutable exe(p.g, {q}, o);
+  HostExecutable exe = compile_host(p, {q}, /*fuse=*/false);
   at::Tensor xv = at::ones(shape, at::kInt), yv = at::ones(shape, at::kInt);
   yv[511][7] = 0;
   at::Tensor got = at::empty(shape, at::kInt);

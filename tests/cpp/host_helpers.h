@@ -1,0 +1,37 @@
+// Helpers shared by the C++ tests that compile hand-built IR programs on the host runtime's
+// executor directly (fused or unfused) and run them into fresh output tensors.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "graph_helpers.h"
+#include "ir/verifier.h"
+#include "runtime/host/executor.h"
+
+namespace torch_tpu::testing {
+
+// p verified and compiled by the host executor, with or without fused clusters.
+inline runtime::host::HostExecutable compile_host(const Program& p, const std::vector<int32_t>& outputs, bool fuse) {
+  ir::verify(p.g);
+  runtime::host::HostOptions o;
+  o.fuse = fuse;
+  return runtime::host::HostExecutable(p.g, outputs, o);
+}
+
+// One target per output over a fresh tensor of the node's shape and dtype, filled with 7 (so
+// an output the run never writes shows); the tensors are appended to *results.
+inline std::vector<runtime::OutputTarget> fresh_targets(const Program& p, const std::vector<int32_t>& outputs,
+                                                        std::vector<at::Tensor>* results) {
+  std::vector<runtime::OutputTarget> targets;
+  for (int32_t o : outputs) {
+    const ir::Node& n = p.g.node(o);
+    results->push_back(at::full(n.shape, 7, static_cast<at::ScalarType>(n.dtype)));
+    targets.push_back({o, tensor_binding(results->back())});
+  }
+  return targets;
+}
+
+}  // namespace torch_tpu::testing
