@@ -298,6 +298,13 @@ Val emit_scatter(Body& b, const ir::Node& n, const Val& x, const Val& index, con
   return b.op("stablehlo.scatter", {x, full_coordinates(b, index, n.iattrs.at(0)), updates}, x.type, attrs, region);
 }
 
+// PyTorch's float32 contractions are exact float32 by default (torch.get_float32_matmul_precision
+// is "highest", TF32 off), but a PJRT GPU compiler may use TF32 for a DEFAULT-precision f32 dot.
+// HIGHEST keeps the GPU's results PyTorch's; CPU compilers ignore it.
+std::string f32_precision(const std::string& elem) {
+  return elem == "f32" ? ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]" : "";
+}
+
 Val emit_convolution(Body& b, const ir::Node& n, const Val& lhs, const Val& rhs) {
   const int64_t nsp = n.iattrs.at(0);
   auto list = [&](int64_t i) { return Shape(n.iattrs.begin() + 1 + i * nsp, n.iattrs.begin() + 1 + (i + 1) * nsp); };
@@ -308,6 +315,7 @@ Val emit_convolution(Body& b, const ir::Node& n, const Val& lhs, const Val& rhs)
                       "]>, window_strides = " + i64_array(list(0)) + ", padding = " + padding_attr(list(1), list(2)) +
                       ", lhs_dilation = " + i64_array(list(3)) + ", rhs_dilation = " + i64_array(list(4)) +
                       ", feature_group_count = " + std::to_string(groups) + " : i64, batch_group_count = 1 : i64";
+  attrs += f32_precision(is_half(lhs.type.elem) ? "f32" : lhs.type.elem);
   // f16/bf16 convolve in f32 and round once (builder.py's reference does the same).
   const std::string e = lhs.type.elem;
   const std::string acc = is_half(e) ? "f32" : e;
@@ -332,7 +340,7 @@ Val emit_dot_general(Body& b, const ir::Node& n, const Val& lhs, const Val& rhs)
   field("lhs_contracting_dimensions", lc);
   field("rhs_contracting_dimensions", rc);
   return b.op("stablehlo.dot_general", {lhs, rhs}, {lhs.type.elem, n.shape},
-              "dot_dimension_numbers = #stablehlo.dot<" + dn + ">");
+              "dot_dimension_numbers = #stablehlo.dot<" + dn + ">" + f32_precision(lhs.type.elem));
 }
 
 Val emit_node(Body& b, const ir::Node& n, const std::vector<Val>& in) {
