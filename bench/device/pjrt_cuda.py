@@ -10,14 +10,23 @@ a CUDA device (a dry run on the CPU plugin) the cuda row is left out and ratios 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import pathlib
 import time
 
 import torch
 
-import torch_tpu
-from torch_tpu import _C
-from torch_tpu.models import TinyGPT, synthetic_text
+# Native CUDA runs before torch_tpu is imported: once a PrivateUse1 backend is registered,
+# at::getAccelerator() answers PrivateUse1, and torch 2.11's autograd engine then fails CUDA
+# backward passes with "opt_ready_stream && opt_parent_stream INTERNAL ASSERT FAILED"
+# (seen on the H200 machine, 2026-12-01). The model file is loaded on its own for that reason:
+# `import torch_tpu.models` would import (and register) the package.
+_spec = importlib.util.spec_from_file_location(
+    "tinygpt_models", pathlib.Path(__file__).resolve().parents[2] / "torch_tpu" / "models.py")
+_models = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_models)
+TinyGPT, synthetic_text = _models.TinyGPT, _models.synthetic_text
 
 CONFIG = dict(vocab=512, dim=256, heads=8, layers=4, ctx=128)
 BATCH = 16
@@ -68,6 +77,11 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     args = ap.parse_args()
 
+    cuda = run("cuda", args.steps, args.warmup, CONFIG, BATCH) if torch.cuda.is_available() else None
+
+    import torch_tpu
+    from torch_tpu import _C
+
     info = _C._pjrt_info()
     result: dict = {"runtime": _C._runtime_name(), "pjrt": info, "config": CONFIG, "batch": BATCH,
                     "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
@@ -93,8 +107,7 @@ def main() -> None:
         print(f"{mode}: losses {got} vs cpu {ref}: {'match' if ok else 'MISMATCH'}", flush=True)
 
     rows = []
-    if torch.cuda.is_available():
-        cuda = run("cuda", args.steps, args.warmup, CONFIG, BATCH)
+    if cuda is not None:
         rows.append(("cuda eager (native)", cuda["steps_per_s"]))
         result["losses_cuda"] = cuda["losses"]
     # Each mode is measured on its own: one failing (say, a compile error in compiled mode) still

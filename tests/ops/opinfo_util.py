@@ -75,12 +75,20 @@ def seeded(op) -> bool:
     return code is not None and "wrapper_set_seed" in code.co_names
 
 
+# torch < 2.13 has no OpInfo.has_nondeterministic_output; these are the entries 2.13 marks (the
+# device check runs the OpInfo tests on the GPU machine's torch 2.11).
+_NONDETERMINISTIC_BEFORE_2_13 = {
+    "empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided",
+    "torch.ops.aten._efficient_attention_forward", "torch.ops.aten._flash_attention_forward",
+}
+
+
 def skip_reason(op) -> str | None:
     """Why an entry is not compared with CPU at all (None: it is)."""
     eid = entry_id(op)
     if eid in SKIPPED_ENTRIES:
         return SKIPPED_ENTRIES[eid]
-    if op.has_nondeterministic_output:
+    if getattr(op, "has_nondeterministic_output", op.name in _NONDETERMINISTIC_BEFORE_2_13):
         return "nondeterministic output (uninitialized memory or implementation-defined order)"
     return None
 
