@@ -523,6 +523,32 @@ void store(const Access& a, int64_t start, int64_t n, const float* in) {
   }
 }
 
+// pow with a tile-invariant exponent (a Python scalar, usually), computed as ATen's CPU pow
+// kernel does (PowKernel.cpp): x^2 is x * x, x^0.5 sqrt and x^-0.5 rsqrt, all exact; the
+// general pow (SLEEF, 1 ulp) is several times slower and may differ from them in the last bit.
+uint8_t pow_as(float exponent, int16_t& b, int16_t a) {
+  if (exponent == 2.f) {
+    b = a;
+    return kMul;
+  }
+  if (exponent == 0.5f) return kSqrt;
+  if (exponent == -0.5f) return kRsqrt;
+  return kPow;
+}
+
+// One elementwise instruction over n elements (n8: n rounded up to 8, the lanes computed).
+template <typename SlotFn>
+void exec_instr(const Cluster::Instr& instr, SlotFn slot, int64_t n, int64_t n8, bool use_sleef) {
+  Cluster::Instr in = instr;
+  if (in.pow_scalar) in.op = pow_as(slot(in.b)[0], in.b, in.a);
+  float* d = slot(in.dst);
+  if (!(use_sleef && exec_sleef(in.op, d, slot(in.a), slot(in.b), n8))) {
+    exec_op(in.op, d, slot(in.a), slot(in.b), slot(in.c), n8);
+  }
+  if (in.round == 1) round_bf16(d, n8);
+  if (in.round == 2) round_f16(d, n);
+}
+
 }  // namespace
 
 bool is_fusible(const ir::Graph& g, int32_t id) {
@@ -598,6 +624,16 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
   std::vector<int16_t> free_slots;
   // Loaded and splat buffers are filled before the program runs, so they never share a slot.
   auto fresh = [&] { return num_slots_++; };
+  // Slots whose contents are the same in every tile (see Instr::invariant): never reused.
+  std::vector<bool> invariant_slot;
+  auto mark_invariant = [&](int16_t slot) {
+    if (invariant_slot.size() <= static_cast<size_t>(slot)) invariant_slot.resize(slot + 1, false);
+    invariant_slot[slot] = true;
+  };
+  auto is_invariant = [&](int16_t slot) {
+    return slot < 0 || (static_cast<size_t>(slot) < invariant_slot.size() && invariant_slot[slot]);
+  };
+  auto one_element = [](const std::vector<int64_t>& shape) { return c10::multiply_integers(shape) == 1; };
   auto operand = [&](int32_t o) -> int16_t {
     if (auto it = slot_of.find(o); it != slot_of.end()) return it->second;
     const ir::Node& on = g.node(o);
@@ -608,7 +644,9 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       at::Tensor c = on.fattrs.empty() ? at::scalar_tensor(on.iattrs.at(0), at::kLong).to(dt)
                                        : at::scalar_tensor(on.fattrs.at(0), at::kDouble).to(dt);
       splats_.push_back({s, c.to(at::kFloat).item<float>()});
+      mark_invariant(s);
     } else if (reduced_shape(on.shape)) {  // per-row value: stride 0 along the row
+      if (one_element(on.shape)) mark_invariant(s);
       std::vector<int64_t> dims(on.shape.size());
       for (size_t k = 0; k < dims.size(); ++k) dims[k] = static_cast<int64_t>(k);
       inputs_.push_back({o, s, on.shape, std::move(dims), true});
@@ -626,6 +664,8 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       // A reduced value back over its rows: already broadcast in the buffers.
       Instr in{kCopy, 0, -1, slot_of.at(n.operands[0]), -1, -1};
       in.dst = fresh();
+      in.invariant = is_invariant(in.a);
+      if (in.invariant) mark_invariant(in.dst);
       slot_of[m] = in.dst;
       program_.push_back(in);
       continue;
@@ -634,6 +674,7 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       int32_t o = n.operands.at(0);
       int16_t s = fresh();
       inputs_.push_back({o, s, g.node(o).shape, n.iattrs, true});
+      if (one_element(g.node(o).shape)) mark_invariant(s);
       slot_of[m] = s;
       continue;
     }
@@ -646,12 +687,15 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     int16_t* srcs[3] = {&in.a, &in.b, &in.c};
     for (size_t j = 0; j < n.operands.size() && j < 3; ++j) *srcs[j] = operand(n.operands[j]);
     in.round = n.dtype == DType::kBF16 ? 1 : n.dtype == DType::kF16 ? 2 : 0;
-    if (free_slots.empty()) {
+    in.pow_scalar = in.op == kPow && is_invariant(in.b);
+    in.invariant = in.op < kRowSum && is_invariant(in.a) && is_invariant(in.b) && is_invariant(in.c);
+    if (free_slots.empty() || in.invariant) {
       in.dst = fresh();
     } else {
       in.dst = free_slots.back();
       free_slots.pop_back();
     }
+    if (in.invariant) mark_invariant(in.dst);
     slot_of[m] = in.dst;
     program_.push_back(in);
     for (size_t j = 0; j < n.operands.size(); ++j) {
@@ -660,6 +704,7 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       bool dup = std::find(n.operands.begin(), n.operands.begin() + j, o) != n.operands.begin() + j;
       if (it == member_pos.end() || dup || last_read[it->second] != k || stored[it->second]) continue;
       if (g.node(o).kind == OpKind::kBroadcastInDim) continue;  // a loaded (or copied) buffer
+      if (is_invariant(slot_of[o])) continue;                   // computed once, read by every tile
       free_slots.push_back(slot_of[o]);
     }
   }
@@ -731,6 +776,10 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
       load(in_acc[i], 0, 1, &v);
       std::fill_n(slot(inputs_[i].slot), tile, v);
     }
+    const int64_t tile8 = (tile + 7) / 8 * 8;
+    for (const Instr& in : program_) {
+      if (in.invariant) exec_instr(in, slot, tile, tile8, use_sleef);
+    }
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t start = t * tile, n = std::min(tile, numel_ - start), n8 = (n + 7) / 8 * 8;
       for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -738,16 +787,12 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
       }
       // Lanes past n hold stale data from earlier tiles or runs (or zeros): computed, never stored.
       for (const Instr& in : program_) {
-        float* d = slot(in.dst);
+        if (in.invariant) continue;
         if (in.op >= kRowSum && in.op <= kRowMin) {
-          exec_row(in.op, d, slot(in.a), n, row);
+          exec_row(in.op, slot(in.dst), slot(in.a), n, row);
           continue;
         }
-        if (!(use_sleef && exec_sleef(in.op, d, slot(in.a), slot(in.b), n8))) {
-          exec_op(in.op, d, slot(in.a), slot(in.b), slot(in.c), n8);
-        }
-        if (in.round == 1) round_bf16(d, n8);
-        if (in.round == 2) round_f16(d, n);
+        exec_instr(in, slot, n, n8, use_sleef);
       }
       for (size_t j = 0; j < stores_.size(); ++j) {
         if (!stores_[j].reduced) {

@@ -135,6 +135,11 @@ class Cluster {
     uint8_t op;            // Op (fusion.cpp)
     uint8_t round;         // rounding after the op: 0 none, 1 bf16, 2 f16
     int16_t dst, a, b, c;  // tile buffer slots (-1: unused)
+    // Reads only tile-invariant buffers (constants, one-element inputs, other invariant
+    // results): the same for every tile, so it runs once before the tiles, into a slot no
+    // other value reuses. A Python scalar's convert and broadcast cost a pass each otherwise.
+    bool invariant = false;
+    bool pow_scalar = false;  // pow whose exponent is tile-invariant: x^2, x^0.5, x^-0.5 special-cased
   };
   struct Store {
     int32_t node;
