@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -419,6 +420,43 @@ TEST(HostFusion, EmptyAndTinyShapes) {
     int32_t b = p.add(OpKind::kMul, DType::kF32, {n, 1}, {a, x});
     at::Tensor xv = at::randn({n, 1});
     check(p, {b}, {tensor_binding(xv)}, 1);
+  }
+}
+
+// var_mean of a half-precision tensor as the lowering builds it: the 0-d mean is broadcast over
+// the input (folded into that cluster) and also converted back to the input dtype. With an
+// empty input the broadcasting cluster never runs, so the mean must not be folded into it
+// (it was, and the converted mean read uninitialized memory instead of NaN).
+TEST(HostFusion, ScalarFoldedIntoBroadcastIsComputedForEmptyShapes) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (int64_t n : {0, 1, 5, 300}) {
+      Program p;
+      int32_t x = p.param(0, dt, {n});
+      int32_t xc = p.add(OpKind::kConvert, DType::kF32, {n}, {x});
+      int32_t s = p.add(OpKind::kReduce, DType::kF32, {}, {xc}, {0, 0});
+      int32_t mean = p.add(OpKind::kDiv, DType::kF32, {}, {s, p.constant(DType::kF32, static_cast<double>(n))});
+      int32_t bm = p.add(OpKind::kBroadcastInDim, DType::kF32, {n}, {mean}, {});
+      int32_t dev = p.add(OpKind::kSub, DType::kF32, {n}, {xc, bm});
+      int32_t sq = p.add(OpKind::kMul, DType::kF32, {n}, {dev, dev});
+      int32_t m2 = p.add(OpKind::kReduce, DType::kF32, {}, {sq}, {0, 0});
+      int32_t var = p.add(OpKind::kDiv, DType::kF32, {}, {m2, p.constant(DType::kF32, std::max(n - 1.0, 0.0))});
+      int32_t var_out = p.add(OpKind::kConvert, dt, {}, {var});
+      int32_t mean_out = p.add(OpKind::kConvert, dt, {}, {mean});
+      const at::ScalarType st = static_cast<at::ScalarType>(dt);
+      at::Tensor xv = (at::randn({n}) + 1).to(st);
+      auto [want_var, want_mean] = at::var_mean(xv.to(at::kFloat), at::IntArrayRef{0}, /*correction=*/1);
+      for (bool fuse : {true, false}) {
+        HostExecutable exe = compile(p, {var_out, mean_out}, fuse);
+        auto got = run(exe, p, {var_out, mean_out}, {tensor_binding(xv)});
+        const double tol = dt == DType::kBF16 ? 8e-3 : 1e-3;  // one rounding to the half dtype
+        for (auto [g, w] : {std::pair{got[0], want_var}, std::pair{got[1], want_mean}}) {
+          EXPECT_EQ(g.scalar_type(), st);
+          EXPECT_TRUE(at::allclose(g.to(at::kFloat), w, tol, tol, /*equal_nan=*/true))
+              << "n " << n << " fuse " << fuse << " got " << g.item<float>() << " want " << w.item<float>() << "\n"
+              << exe.describe();
+        }
+      }
+    }
   }
 }
 

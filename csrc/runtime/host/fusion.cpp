@@ -723,6 +723,10 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     const ir::Node& n = g.node(members_[k]);
     store_nodes_.push_back(members_[k]);
     stores_.push_back({members_[k], slot_of[members_[k]], to_aten(n.dtype), n.shape, reduced_shape(n.shape)});
+    // run() computes nothing for an empty cluster: a stored value with elements would be left
+    // unwritten (the executor never folds 0-d values into an empty cluster, see executor.cpp).
+    TPU_CHECK(numel_ > 0 || c10::multiply_integers(n.shape) == 0, "host fusion: member %", members_[k], " of shape ",
+              c10::IntArrayRef(n.shape), " stored from an empty cluster of shape ", c10::IntArrayRef(shape_));
   }
 }
 

@@ -98,9 +98,11 @@ class Cluster {
   // an output) may be merged into this one as row members: its members then run here.
   bool can_absorb(const Cluster& other) const;
   // Whether `other` (an open cluster) holds only 0-d values (Python scalars converted for this
-  // cluster, say) that may run here instead, held broadcast like reduced values.
+  // cluster, say) that may run here instead, held broadcast like reduced values. Not when
+  // this cluster is empty: it never runs, so the 0-d values would never be computed.
   bool can_absorb_scalars(const Cluster& other) const {
-    return other.shape_.empty() && !shape_.empty() && members_.size() + other.members_.size() < kMaxClusterNodes;
+    return other.shape_.empty() && !shape_.empty() && c10::multiply_integers(shape_) > 0 &&
+           members_.size() + other.members_.size() < kMaxClusterNodes;
   }
   void absorb(const Cluster& other) { members_.insert(members_.end(), other.members_.begin(), other.members_.end()); }
   // Inserts other's members before this cluster's last member (the node that reads them).
