@@ -228,23 +228,49 @@ TPU_AVX2_CLONES void exec_op(uint8_t op, float* __restrict d, const float* __res
 #undef TILE_LOOP
 
 // The summation order of every float32 row sum (fusion.h, row_sums): 32 lanes, lane j adding
-// elements j, j + 32, j + 64, ... in sequence, then the lanes pairwise (16, 8, 4, 2, 1). Each
-// lane is an independent chain of IEEE additions, so the vectorized clones (AVX2: four 8-wide
-// accumulators; default: SSE) and a scalar build give the same bits. 32 lanes rather than 8:
-// four independent add chains hide the add latency, and each lane adds at most kMaxRow / 32
-// terms, so the rounding error stays near ATen's cascade sum for the rows a cluster holds.
+// elements j, j + 32, j + 64, ... in sequence (the last partial group of 32 zero-padded: +0.0
+// leaves a lane unchanged, and a lane that starts at +0.0 never holds -0.0), then the lanes
+// pairwise (lane j += lane j + 16, then + 8, + 4, + 2, + 1). Each lane is an independent chain
+// of IEEE additions, so the AVX2 clone, the default (SSE) clone and a scalar build give the
+// same bits. Four 8-wide accumulators in registers hide the add latency (an array of 32
+// floats stayed on the stack: a store-to-load chain per add, half ATen's speed), and each
+// lane adds at most kMaxRow / 32 terms, so the rounding error stays near ATen's cascade sum.
+typedef float RowVec __attribute__((vector_size(32)));
+
 TPU_AVX2_CLONES float row_sum_one(const float* __restrict x, int64_t m) {
-  constexpr int kLanes = 32;
-  float acc[kLanes] = {};
+  RowVec a0 = {}, a1 = {}, a2 = {}, a3 = {}, v0, v1, v2, v3;
   int64_t i = 0;
-  for (; i + kLanes <= m; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += x[i + j];
+  for (; i + 32 <= m; i += 32) {
+    std::memcpy(&v0, x + i, sizeof(RowVec));
+    std::memcpy(&v1, x + i + 8, sizeof(RowVec));
+    std::memcpy(&v2, x + i + 16, sizeof(RowVec));
+    std::memcpy(&v3, x + i + 24, sizeof(RowVec));
+    a0 += v0;
+    a1 += v1;
+    a2 += v2;
+    a3 += v3;
   }
-  for (int j = 0; i < m; ++i, ++j) acc[j] += x[i];
-  for (int w = kLanes / 2; w >= 1; w /= 2) {
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  if (i < m) {
+    float tail[32] = {};
+    std::memcpy(tail, x + i, static_cast<size_t>(m - i) * sizeof(float));
+    std::memcpy(&v0, tail, sizeof(RowVec));
+    std::memcpy(&v1, tail + 8, sizeof(RowVec));
+    std::memcpy(&v2, tail + 16, sizeof(RowVec));
+    std::memcpy(&v3, tail + 24, sizeof(RowVec));
+    a0 += v0;
+    a1 += v1;
+    a2 += v2;
+    a3 += v3;
   }
-  return acc[0];
+  a0 += a2;  // lanes 0-15 += lanes 16-31
+  a1 += a3;
+  a0 += a1;  // lanes 0-7 += lanes 8-15
+  float l[8];
+  std::memcpy(l, &a0, sizeof l);
+  for (int j = 0; j < 4; ++j) l[j] += l[j + 4];
+  l[0] += l[2];
+  l[1] += l[3];
+  return l[0] + l[1];
 }
 
 // A reduction over each row of m elements of a (n is a multiple of m); every element of the
