@@ -57,9 +57,8 @@ Kernel row_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
     at::Tensor r = direct ? *out : at::empty(shape, at::TensorOptions().dtype(at::kFloat));
     const float* px = t.const_data_ptr<float>();
     float* pr = r.data_ptr<float>();
-    at::parallel_for(0, rows, std::max<int64_t>(1, at::internal::GRAIN_SIZE / m), [&](int64_t r0, int64_t r1) {
-      row_sums(px + r0 * m, r1 - r0, m, pr + r0);
-    });
+    at::parallel_for(0, rows, std::max<int64_t>(1, at::internal::GRAIN_SIZE / m),
+                     [&](int64_t r0, int64_t r1) { row_sums(px + r0 * m, r1 - r0, m, pr + r0); });
     if (out != nullptr && !direct) return out->copy_(r);
     return r;
   };
