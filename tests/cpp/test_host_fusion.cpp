@@ -2,6 +2,7 @@
 // with fusion on and off (the per-node ATen kernels are the expected values), and the cluster
 // partition is checked through stats().
 #include <ATen/ATen.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <thread>
 
 #include "graph_helpers.h"
 #include "host_helpers.h"
@@ -199,8 +201,7 @@ TEST(HostFusion, RowReductionJoinsItsPrologueAndEpilogue) {
   EXPECT_NE(exe.describe().find("rows of 33"), std::string::npos) << exe.describe();
 }
 
-// Softmax as the lowering composes it: max, subtract, exp, sum, divide; 4-d, last dim. Sums
-// stay ATen kernels (row_reduce_lead_rank: their order must not depend on cluster boundaries).
+// Softmax as the lowering composes it: max, subtract, exp, sum, divide; 4-d, last dim.
 TEST(HostFusion, SoftmaxRowsInOneCluster) {
   const std::vector<int64_t> full{6, 4, 7, 19}, lead{6, 4, 7};
   Program p;
@@ -213,9 +214,9 @@ TEST(HostFusion, SoftmaxRowsInOneCluster) {
   int32_t bs = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {s}, {0, 1, 2});
   int32_t y = p.add(OpKind::kDiv, DType::kF32, full, {e, bs});
   at::Tensor xv = at::randn(full) * 4;
-  // The first max reads the parameter (not a member): it stays a kernel, the rest fuses.
-  // Clusters: [sub, exp] and [broadcast, div] around the sum kernel.
-  auto got = check(p, {y, m}, {tensor_binding(xv)}, 2, /*exact=*/false);
+  // The first max reads the parameter (not a member): it stays a kernel, the rest fuses into
+  // one row cluster [broadcast, sub, exp, sum, broadcast, div].
+  auto got = check(p, {y, m}, {tensor_binding(xv)}, 1, /*exact=*/false);
   EXPECT_TRUE(at::allclose(got[0], at::softmax(xv, -1), 1e-5, 1e-6));
 }
 
@@ -261,11 +262,11 @@ TEST(HostFusion, LayerNormWithReducedStoresAndStridedOutput) {
   int32_t brstd = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {rstd}, {0, 1});
   int32_t y = p.add(OpKind::kMul, DType::kF32, full, {xc, brstd});
   at::Tensor xv = at::randn(full) + 2, ev = at::full(lead, 1e-5);
-  // The two sums are kernels; the elementwise work between them forms 5 clusters.
-  check(p, {y, mean, rstd}, {tensor_binding(xv), tensor_binding(ev)}, 5, /*exact=*/false);
+  // One row cluster: both sums, the statistics and the normalization (constants aside).
+  check(p, {y, mean, rstd}, {tensor_binding(xv), tensor_binding(ev)}, 1, /*exact=*/false);
 
   HostExecutable exe = compile(p, {y, mean, rstd}, true);
-  EXPECT_EQ(exe.stats().fused_nodes, 12) << exe.describe();
+  EXPECT_EQ(exe.stats().fused_nodes, 14) << exe.describe();
   at::Tensor out = at::zeros({20, 6, 9, 5}).permute({3, 2, 1, 0});  // strided destination
   at::Tensor mv = at::zeros(lead), rv = at::zeros({9, 5}).t();
   exe.run({tensor_binding(xv), tensor_binding(ev)},
@@ -278,19 +279,71 @@ TEST(HostFusion, LayerNormWithReducedStoresAndStridedOutput) {
   EXPECT_TRUE(at::allclose(out, at::layer_norm(xs, at::IntArrayRef{6, 20}), 1e-4, 1e-5));
 }
 
-// What stays a kernel: sums (any shape, e.g. a loss's mean to 0-d), rows over kMaxRow,
-// reductions over leading dims, prod, and reductions of values that are not members.
+// Sums in row clusters add in row_sums' order (fusion.h), and so does the reduce kernel of a
+// sum that runs outside a cluster (strict mode's one-op programs, fusion off, an operand no
+// cluster holds): the same bits either way, whatever the operand's strides and the threads.
+TEST(HostFusion, RowSumsHaveOneOrderFusedOrNot) {
+  const std::vector<int64_t> full{300, 173}, lead{300};
+  Program p;
+  int32_t x = p.param(0, DType::kF32, full);
+  int32_t w = p.param(1, DType::kF32, {173});
+  int32_t bw = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {w}, {1});
+  int32_t a = p.add(OpKind::kMul, DType::kF32, full, {x, bw});
+  int32_t b = p.add(OpKind::kAdd, DType::kF32, full, {a, x});
+  int32_t s = p.add(OpKind::kReduce, DType::kF32, lead, {b}, {0, 1});
+  int32_t y = p.add(OpKind::kMul, DType::kF32, lead, {s, p.splat(DType::kF32, 0.5, lead)});
+  at::Tensor xv = at::randn(full), wv = at::randn({173});
+  // [broadcast, mul, add, sum, mul] in one row cluster vs kernels: bit for bit.
+  auto got = check(p, {y, s}, {tensor_binding(xv), tensor_binding(wv)}, 1, /*exact=*/true);
+  HostExecutable fused = compile(p, {y, s}, true);
+  EXPECT_EQ(fused.stats().steps, 2) << fused.describe();  // the 0.5 constant and the cluster
+  // A sum of a parameter (a kernel in both modes) over the prologue's values: the same bits.
+  Program q;
+  int32_t qx = q.param(0, DType::kF32, full);
+  int32_t qs = q.add(OpKind::kReduce, DType::kF32, lead, {qx}, {0, 1});
+  at::Tensor pre = xv * wv + xv;  // ATen's mul and add: bit-exact like the cluster's
+  auto lone = check(q, {qs}, {tensor_binding(pre)}, 0, /*exact=*/true);
+  EXPECT_TRUE(at::equal(lone[0], got[1]));
+  // The logical order is summed whatever the memory order: a transposed operand, the same bits.
+  at::Tensor pre_t = pre.t().contiguous().t();
+  EXPECT_TRUE(at::equal(check(q, {qs}, {tensor_binding(pre_t)}, 0, /*exact=*/true)[0], got[1]));
+  // Within float32 rounding of the exact sum.
+  EXPECT_TRUE(at::allclose(got[1], pre.to(at::kDouble).sum(1).to(at::kFloat), 1e-5, 1e-5));
+  // Threads: this thread's intra-op pool vs a thread with one OpenMP thread (a stream worker),
+  // enough rows for parallel_for to split them (a row is never split).
+  Program r;
+  int32_t rx = r.param(0, DType::kF32, {4096, 96});
+  int32_t ra = r.add(OpKind::kMul, DType::kF32, {4096, 96}, {rx, rx});
+  int32_t rs = r.add(OpKind::kReduce, DType::kF32, {4096}, {ra}, {0, 1});
+  at::Tensor rv = at::randn({4096, 96});
+  auto many = check(r, {rs}, {tensor_binding(rv)}, 1, /*exact=*/true);
+  std::vector<at::Tensor> one;
+  std::thread worker([&] {
+    // libgomp's per-thread setting (loaded through libtorch_cpu, not linked by this binary).
+    auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    if (set_threads != nullptr) set_threads(1);
+    one = check(r, {rs}, {tensor_binding(rv)}, 1, /*exact=*/true);
+  });
+  worker.join();
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_TRUE(at::equal(one[0], many[0]));
+}
+
+// A loss's mean to 0-d: a row cluster of one row (lead rank 0).
+TEST(HostFusion, MeanToScalarIsOneRow) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {300});
+  int32_t sq = p.add(OpKind::kMul, DType::kF32, {300}, {x, x});
+  int32_t s = p.add(OpKind::kReduce, DType::kF32, {}, {sq}, {0, 0});
+  int32_t mean = p.add(OpKind::kDiv, DType::kF32, {}, {s, p.constant(DType::kF32, 300.0)});
+  at::Tensor xv = at::randn({300});
+  auto got = check(p, {mean}, {tensor_binding(xv)}, 1, /*exact=*/true);
+  EXPECT_TRUE(at::allclose(got[0], (xv * xv).mean(), 1e-5, 1e-6));
+}
+
+// What stays a kernel: rows over kMaxRow, reductions over leading dims, prod, and reductions
+// of values that are not members.
 TEST(HostFusion, RowClusterLimits) {
-  {
-    Program p;
-    int32_t x = p.param(0, DType::kF32, {300});
-    int32_t sq = p.add(OpKind::kMul, DType::kF32, {300}, {x, x});
-    int32_t s = p.add(OpKind::kReduce, DType::kF32, {}, {sq}, {0, 0});
-    int32_t mean = p.add(OpKind::kDiv, DType::kF32, {}, {s, p.constant(DType::kF32, 300.0)});
-    at::Tensor xv = at::randn({300});
-    auto got = check(p, {mean}, {tensor_binding(xv)}, 0, /*exact=*/false);
-    EXPECT_TRUE(at::allclose(got[0], (xv * xv).mean(), 1e-5, 1e-6));
-  }
   for (auto [shape, dims] :
        {std::pair<std::vector<int64_t>, std::vector<int64_t>>{{2, host::kMaxRow + 8}, {1}}, {{40, 16}, {0}}}) {
     Program p;

@@ -177,6 +177,38 @@ def test_rng_matches_strict():
         assert torch.equal(g, r)
 
 
+def test_row_sums_fuse_and_match_strict_bit_for_bit():
+    """A sum over trailing dims fuses with its prologue (a row cluster) and still gives strict
+    mode's bits: the cluster and strict mode's single-op sum kernel add in one order
+    (fusion.h, row_sums), wherever cluster boundaries fall. The prologues are exact arithmetic
+    (a transcendental in a cluster may differ from ATen's kernel in the last bit, sums or not)."""
+    F = torch.nn.functional
+    x, w, y = torch.randn(37, 201), torch.randn(201), torch.arange(37) * 5
+    cases = [
+        lambda t, tw, ty: (t * tw + t).sum(-1),
+        lambda t, tw, ty: (t * t).mean(),
+        lambda t, tw, ty: (t * tw).var(-1),
+        lambda t, tw, ty: torch.softmax(t * 3, -1),
+        lambda t, tw, ty: torch.log_softmax(t - 1, -1),
+        lambda t, tw, ty: F.layer_norm(t + 1, (201,)),
+        lambda t, tw, ty: F.cross_entropy(t * 2, ty),
+    ]
+
+    def compute() -> list[torch.Tensor]:
+        return [f(x.to("tpu"), w.to("tpu"), y.to("tpu")).cpu() for f in cases]
+
+    got = compute()
+    with torch_tpu.mode("strict"):
+        ref = compute()
+    for k, (g, r) in enumerate(zip(got, ref)):
+        assert torch.equal(g, r), f"case {k}"
+        torch.testing.assert_close(g, cases[k](x, w, y))
+    # The prologue (broadcast, mul, add) and the sum run as one kernel.
+    torch_tpu.reset_metrics()
+    cases[0](x.to("tpu"), w.to("tpu"), y).cpu()
+    assert fused()["kernels_launched"] == 1
+
+
 def test_autograd_with_retain_graph():
     x = torch.randn(5, 4)
     w = torch.randn(4, 3)

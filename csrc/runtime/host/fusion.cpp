@@ -227,39 +227,75 @@ TPU_AVX2_CLONES void exec_op(uint8_t op, float* __restrict d, const float* __res
 #undef EW3
 #undef TILE_LOOP
 
+// The summation order of every float32 row sum (fusion.h, row_sums): 32 lanes, lane j adding
+// elements j, j + 32, j + 64, ... in sequence (the last partial group of 32 zero-padded: +0.0
+// leaves a lane unchanged, and a lane that starts at +0.0 never holds -0.0), then the lanes
+// pairwise (lane j += lane j + 16, then + 8, + 4, + 2, + 1). Each lane is an independent chain
+// of IEEE additions, so the AVX2 clone, the default (SSE) clone and a scalar build give the
+// same bits. Four 8-wide accumulators in registers hide the add latency (an array of 32
+// floats stayed on the stack: a store-to-load chain per add, half ATen's speed), and each
+// lane adds at most kMaxRow / 32 terms, so the rounding error stays near ATen's cascade sum.
+typedef float RowVec __attribute__((vector_size(32)));
+
+TPU_AVX2_CLONES float row_sum_one(const float* __restrict x, int64_t m) {
+  RowVec a0 = {}, a1 = {}, a2 = {}, a3 = {}, v0, v1, v2, v3;
+  int64_t i = 0;
+  for (; i + 32 <= m; i += 32) {
+    std::memcpy(&v0, x + i, sizeof(RowVec));
+    std::memcpy(&v1, x + i + 8, sizeof(RowVec));
+    std::memcpy(&v2, x + i + 16, sizeof(RowVec));
+    std::memcpy(&v3, x + i + 24, sizeof(RowVec));
+    a0 += v0;
+    a1 += v1;
+    a2 += v2;
+    a3 += v3;
+  }
+  if (i < m) {
+    float tail[32] = {};
+    std::memcpy(tail, x + i, static_cast<size_t>(m - i) * sizeof(float));
+    std::memcpy(&v0, tail, sizeof(RowVec));
+    std::memcpy(&v1, tail + 8, sizeof(RowVec));
+    std::memcpy(&v2, tail + 16, sizeof(RowVec));
+    std::memcpy(&v3, tail + 24, sizeof(RowVec));
+    a0 += v0;
+    a1 += v1;
+    a2 += v2;
+    a3 += v3;
+  }
+  a0 += a2;  // lanes 0-15 += lanes 16-31
+  a1 += a3;
+  a0 += a1;  // lanes 0-7 += lanes 8-15
+  float l[8];
+  std::memcpy(l, &a0, sizeof l);
+  for (int j = 0; j < 4; ++j) l[j] += l[j + 4];
+  l[0] += l[2];
+  l[1] += l[3];
+  return l[0] + l[1];
+}
+
 // A reduction over each row of m elements of a (n is a multiple of m); every element of the
-// row in d gets the result. Sums add in 8 lanes, then the lanes pairwise: the order differs
-// from ATen's vectorized sum, so sums agree within float32 rounding of the summation. Max and
-// min propagate NaN like amax/amin and are exact.
+// row in d gets the result. Sums add in row_sum_one's order (the order of the sum kernel too);
+// max and min propagate NaN like amax/amin and are exact.
 TPU_AVX2_CLONES void exec_row(uint8_t op, float* __restrict d, const float* __restrict a, int64_t n, int64_t m) {
   for (int64_t r0 = 0; r0 < n; r0 += m) {
     const float* x = a + r0;
+    if (op == kRowSum) {
+      std::fill_n(d + r0, m, row_sum_one(x, m));
+      continue;
+    }
     float acc[8];
-    const float init = op == kRowSum   ? 0.f
-                       : op == kRowMax ? -std::numeric_limits<float>::infinity()
-                                       : std::numeric_limits<float>::infinity();
+    const float init = op == kRowMax ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
     for (float& v : acc) v = init;
     int64_t i = 0;
-    if (op == kRowSum) {
-      for (; i + 8 <= m; i += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
-      }
-      for (int j = 0; i < m; ++i, ++j) acc[j] += x[i];
-    } else {
-      const bool mx = op == kRowMax;
-      auto pick = [mx](float u, float v) { return u != u ? u : v != v ? v : (mx ? (u > v ? u : v) : (u < v ? u : v)); };
-      for (; i + 8 <= m; i += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] = pick(acc[j], x[i + j]);
-      }
-      for (int j = 0; i < m; ++i, ++j) acc[j] = pick(acc[j], x[i]);
-      for (int j = 0; j < 4; ++j) acc[j] = pick(acc[j], acc[j + 4]);
-      for (int j = 0; j < 2; ++j) acc[j] = pick(acc[j], acc[j + 2]);
-      acc[0] = pick(acc[0], acc[1]);
+    const bool mx = op == kRowMax;
+    auto pick = [mx](float u, float v) { return u != u ? u : v != v ? v : (mx ? (u > v ? u : v) : (u < v ? u : v)); };
+    for (; i + 8 <= m; i += 8) {
+      for (int j = 0; j < 8; ++j) acc[j] = pick(acc[j], x[i + j]);
     }
-    if (op == kRowSum) {
-      for (int j = 0; j < 4; ++j) acc[j] += acc[j + 4];
-      acc[0] = (acc[0] + acc[2]) + (acc[1] + acc[3]);
-    }
+    for (int j = 0; i < m; ++i, ++j) acc[j] = pick(acc[j], x[i]);
+    for (int j = 0; j < 4; ++j) acc[j] = pick(acc[j], acc[j + 4]);
+    for (int j = 0; j < 2; ++j) acc[j] = pick(acc[j], acc[j + 2]);
+    acc[0] = pick(acc[0], acc[1]);
     std::fill_n(d + r0, m, acc[0]);
   }
 }
@@ -551,6 +587,10 @@ void exec_instr(const Cluster::Instr& instr, SlotFn slot, int64_t n, int64_t n8,
 
 }  // namespace
 
+void row_sums(const float* x, int64_t rows, int64_t m, float* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = row_sum_one(x + r * m, m);
+}
+
 bool is_fusible(const ir::Graph& g, int32_t id) {
   const ir::Node& n = g.node(id);
   if (!exact(n.dtype)) return false;
@@ -586,11 +626,9 @@ int row_reduce_lead_rank(const ir::Graph& g, int32_t id) {
   const ir::Node& x = g.node(n.operands[0]);
   if (x.dtype != DType::kF32) return -1;
   auto kind = static_cast<ir::ReduceKind>(n.iattrs.at(0));
-  // Only max/min, whose results are exact: a fused sum adds in another order than ATen's sum
-  // kernel, so a training step's numbers would depend on where a graph's cluster boundaries
-  // fall, and strict and fused modes would no longer give the same bits for the same seed
-  // (tests/models/test_training.py). exec_row's sum stays for when that order is shared.
-  if (kind != ir::ReduceKind::kMax && kind != ir::ReduceKind::kMin) return -1;
+  // Sums add in row_sums' order here and in the reduce kernel alike (kernels_reduce.cpp), so a
+  // sum's bits do not depend on whether it joined a cluster: strict and fused modes agree.
+  if (kind != ir::ReduceKind::kSum && kind != ir::ReduceKind::kMax && kind != ir::ReduceKind::kMin) return -1;
   const int64_t rank = static_cast<int64_t>(x.shape.size()), nd = static_cast<int64_t>(n.iattrs.size()) - 1;
   if (nd < 1) return -1;
   int64_t row = 1;

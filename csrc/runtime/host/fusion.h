@@ -31,9 +31,11 @@
 //    row's value, so the reduce, the per-row arithmetic and the broadcast back are ordinary tile
 //    instructions and softmax, layer/rms norm or a loss's mean run in one pass with the rows in
 //    cache. Reduced values read from outside are loaded with stride 0 along the row; stored
-//    ones are written once per row. A sum adds each row in 8 lanes then pairwise, an order that
-//    differs from ATen's (also vectorized) sum: results agree within float32 rounding of the
-//    summation, not bit for bit. Max and min are exact.
+//    ones are written once per row. A sum adds each row in row_sums' order (32 lanes, then
+//    pairwise), which the reduce kernel also uses for every sum a row cluster could hold, so
+//    a sum's bits never depend on cluster boundaries; that order differs from ATen's
+//    (vectorized cascade) sum: results agree with it within float32 rounding of the summation,
+//    not bit for bit. Max and min are exact.
 // Which nodes form a cluster, and where it runs, is the executor's business (executor.h);
 // a Cluster only knows its members and what to store (and, through add_row_member(), which
 // nodes may join it as row members).
@@ -66,6 +68,13 @@ bool is_fusible(const ir::Graph& g, int32_t id);
 // For a reduce node a row cluster may hold (f32 sum/max/min over the trailing dims of its
 // operand, 1 <= row length <= kMaxRow): the number of leading (kept) dims; else -1.
 int row_reduce_lead_rank(const ir::Graph& g, int32_t id);
+
+// out[r] = the sum of x[r * m], ..., x[r * m + m - 1] for r < rows, in the one order every f32
+// row sum of the host runtime uses: a row cluster's sum and the reduce kernel of a sum that
+// row_reduce_lead_rank admits but that runs outside a cluster. A row's result depends only on
+// its m values (not on tiles, threads or which program computes it), so strict mode (one op
+// per program) and fused mode (clusters cut wherever the graph says) give the same bits.
+void row_sums(const float* x, int64_t rows, int64_t m, float* out);
 
 class Cluster {
  public:

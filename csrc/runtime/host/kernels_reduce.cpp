@@ -1,8 +1,13 @@
 // Reductions (reduce, reduce_window, scan) and sort, mapped onto ATen's CPU reductions with the
-// exact calls builder.py's reference makes (sum with dtype=input dtype, prod dim by dim, ...).
+// exact calls builder.py's reference makes (sum with dtype=input dtype, prod dim by dim, ...),
+// except float32 sums over trailing dims that a row cluster could hold: those add in the row
+// clusters' order (fusion.h, row_sums), so a sum gives the same bits fused or not.
+#include <ATen/Parallel.h>
+
 #include <limits>
 
 #include "common/check.h"
+#include "runtime/host/fusion.h"
 #include "runtime/host/kernels.h"
 
 namespace torch_tpu::runtime::host {
@@ -36,7 +41,30 @@ at::Scalar identity(ir::ReduceKind kind, at::ScalarType dtype) {
   return result;
 }
 
-Kernel reduce_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
+// A float32 sum over the trailing dims (row_reduce_lead_rank admits it) running outside a
+// cluster, e.g. in strict mode or over a value no cluster holds: each row is summed by
+// row_sums, the function a row cluster's sum uses, in the rows' logical (row-major) order
+// whatever the operand's strides. Rows split across ATen's intra-op threads; a row's result
+// does not depend on the split.
+Kernel row_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
+  const std::vector<int64_t> shape = n.shape, in_shape = xn.shape;
+  const int64_t rows = c10::multiply_integers(shape), m = c10::multiply_integers(in_shape) / rows;
+  return [x, shape, in_shape, rows, m](const Values& v, at::Tensor* out) {
+    at::Tensor t = v[x];
+    if (!t.sizes().equals(in_shape)) t = t.expand(in_shape);  // a 0-d constant read at full shape
+    t = t.contiguous();
+    const bool direct = out != nullptr && out->is_contiguous();
+    at::Tensor r = direct ? *out : at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+    const float* px = t.const_data_ptr<float>();
+    float* pr = r.data_ptr<float>();
+    at::parallel_for(0, rows, std::max<int64_t>(1, at::internal::GRAIN_SIZE / m),
+                     [&](int64_t r0, int64_t r1) { row_sums(px + r0 * m, r1 - r0, m, pr + r0); });
+    if (out != nullptr && !direct) return out->copy_(r);
+    return r;
+  };
+}
+
+Kernel reduce_kernel(const ir::Graph& g, int32_t id, const ir::Node& n, const ir::Node& xn, int32_t x) {
   auto kind = static_cast<ir::ReduceKind>(n.iattrs.at(0));
   std::vector<int64_t> dims(n.iattrs.begin() + 1, n.iattrs.end());
   const at::ScalarType dtype = to_aten(xn.dtype);
@@ -61,6 +89,7 @@ Kernel reduce_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
     at::Tensor fill = at::full(n.shape, identity(kind, dtype), at::TensorOptions().dtype(dtype));
     return [fill](const Values&, at::Tensor*) { return fill; };
   }
+  if (kind == ir::ReduceKind::kSum && row_reduce_lead_rank(g, id) >= 0) return row_sum_kernel(n, xn, x);
   switch (kind) {
     case ir::ReduceKind::kSum:  // ATen accumulates f16/bf16 in f32 and rounds once
       return [x, dims, dtype](const Values& v, at::Tensor* out) {
@@ -166,7 +195,7 @@ Kernel make_reduce_kernel(const ir::Graph& g, int32_t id) {
   const ir::Node& xn = g.node(x);
   switch (n.kind) {
     case OpKind::kReduce:
-      return reduce_kernel(n, xn, x);
+      return reduce_kernel(g, id, n, xn, x);
     case OpKind::kReduceWindow:
       return reduce_window_kernel(n, xn, x);
     case OpKind::kScan:
