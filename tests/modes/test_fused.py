@@ -209,6 +209,40 @@ def test_row_sums_fuse_and_match_strict_bit_for_bit():
     assert fused()["kernels_launched"] == 1
 
 
+@pytest.mark.parametrize("shape", [(300_001,), (1,), ()])
+def test_scalar_operands_are_computed_once_and_exact(shape: tuple[int, ...]):
+    """Instructions that read only scalars (Python numbers, one-element tensors) run once per
+    thread before the tiles (fusion.h, Instr::invariant); pow with a scalar exponent of 2, 0.5 or
+    -0.5 is x*x, sqrt and 1/sqrt as in ATen's kernel. Several tiles and threads, and clusters of
+    one element (where every operand is one element); every case's bits match CPU and strict
+    mode (the ops are exactly rounded)."""
+    torch.manual_seed(0)
+    x = torch.rand(shape) + 0.5
+    s = torch.tensor(1.75)
+    cases = [
+        lambda t, ts: t.pow(2) * 3 - t,
+        lambda t, ts: (t - 0.25) * (1.0 / 3.0) + 2.0,
+        lambda t, ts: t * ts + (ts * 2 + 1),
+        lambda t, ts: torch.where(t > ts - 1, t.square(), (ts + 0.5) * t),
+        lambda t, ts: (t + ts).pow(2).clamp(0.5, 4.0) / (ts * ts),
+    ]
+
+    def compute() -> list[torch.Tensor]:
+        return [f(x.to("tpu"), s.to("tpu")).cpu() for f in cases]
+
+    got = compute()
+    with torch_tpu.mode("strict"):
+        ref = compute()
+    for k, (g, r) in enumerate(zip(got, ref)):
+        assert torch.equal(g, r), f"case {k}: fused and strict differ"
+        assert torch.equal(g, cases[k](x, s)), f"case {k}: differs from CPU"
+    # x^0.5 is a correctly rounded sqrt and x^-0.5 its reciprocal; ATen's are not always (MKL's
+    # vsSqrt; a 0-d tensor takes a scalar pow), so within an ulp. A general exponent keeps pow
+    # (1 ulp, as ATen's).
+    for e in (0.5, -0.5, 1.5):
+        torch.testing.assert_close(x.to("tpu").pow(e).cpu(), x.pow(e))
+
+
 def test_autograd_with_retain_graph():
     x = torch.randn(5, 4)
     w = torch.randn(4, 3)

@@ -560,8 +560,8 @@ void store(const Access& a, int64_t start, int64_t n, const float* in) {
 }
 
 // pow with a tile-invariant exponent (a Python scalar, usually), computed as ATen's CPU pow
-// kernel does (PowKernel.cpp): x^2 is x * x, x^0.5 sqrt and x^-0.5 rsqrt, all exact; the
-// general pow (SLEEF, 1 ulp) is several times slower and may differ from them in the last bit.
+// kernel does (PowKernel.cpp): x^2 is x * x, x^0.5 sqrt and x^-0.5 1/sqrt, correctly rounded;
+// the general pow (SLEEF, 1 ulp) is several times slower and may differ in the last bit.
 uint8_t pow_as(float exponent, int16_t& b, int16_t a) {
   if (exponent == 2.f) {
     b = a;
@@ -684,13 +684,13 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       splats_.push_back({s, c.to(at::kFloat).item<float>()});
       mark_invariant(s);
     } else if (reduced_shape(on.shape)) {  // per-row value: stride 0 along the row
-      if (one_element(on.shape)) mark_invariant(s);
       std::vector<int64_t> dims(on.shape.size());
       for (size_t k = 0; k < dims.size(); ++k) dims[k] = static_cast<int64_t>(k);
       inputs_.push_back({o, s, on.shape, std::move(dims), true});
     } else {
       inputs_.push_back({o, s, on.shape, {}, false});
     }
+    if (one_element(on.shape)) mark_invariant(s);  // run() fills it once (see `uniform` there)
     slot_of[o] = s;
     return s;
   };
@@ -798,7 +798,11 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   if (numel_ == 0) return;
   const int64_t tile = tile_, num_tiles = (numel_ + tile - 1) / tile, stride = slot_stride_, row = row_;
   std::vector<bool> uniform(inputs_.size());
-  for (size_t i = 0; i < inputs_.size(); ++i) uniform[i] = in_acc[i].uniform();
+  // A one-element input is the same for every tile even when its access is not stride 0 (a
+  // one-element cluster's): build() counted on it being filled before the invariant instructions.
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    uniform[i] = in_acc[i].uniform() || c10::multiply_integers(inputs_[i].shape) == 1;
+  }
 
   const bool use_sleef = sleef().unary[kExp] != nullptr;
   at::parallel_for(0, num_tiles, std::max<int64_t>(1, at::internal::GRAIN_SIZE / tile), [&](int64_t t0, int64_t t1) {
