@@ -30,19 +30,25 @@ bool is_library_code(PyCodeObject* code) {
   return library;
 }
 
-// "file:line" of a frame, interned per (code object, line): a loop records the same few lines
-// over and over, so after the first time this is one hash lookup and no string is built. Code
-// objects stay alive through is_library_code's memo. Guarded by the GIL.
+// "file:line" of a frame, interned per (code object, bytecode offset): a loop records the same
+// few call sites over and over, so after the first time this is one hash lookup; the line
+// number (a scan of the code's line table, slow for long functions such as the optimizers')
+// is computed once per call site. Code objects stay alive through is_library_code's memo.
+// Guarded by the GIL.
 const std::string* line_of(PyCodeObject* code, PyFrameObject* frame) {
+  static auto* sites = new std::unordered_map<PyCodeObject*, std::unordered_map<int, const std::string*>>();
   static auto* lines = new std::unordered_map<PyCodeObject*, std::unordered_map<int, std::string>>();
+  auto& of_code = (*sites)[code];
+  const int lasti = PyFrame_GetLasti(frame);
+  if (auto it = of_code.find(lasti); it != of_code.end()) return it->second;
   const int line = PyFrame_GetLineNumber(frame);
-  auto& of_code = (*lines)[code];
-  auto it = of_code.find(line);
-  if (it == of_code.end()) {
+  auto& line_strings = (*lines)[code];
+  auto it = line_strings.find(line);
+  if (it == line_strings.end()) {
     const char* file = PyUnicode_AsUTF8(code->co_filename);
-    it = of_code.emplace(line, std::string(file ? file : "?") + ":" + std::to_string(line)).first;
+    it = line_strings.emplace(line, std::string(file ? file : "?") + ":" + std::to_string(line)).first;
   }
-  return &it->second;
+  return of_code.emplace(lasti, &it->second).first->second;
 }
 
 const std::string* user_source_line() {
@@ -51,20 +57,29 @@ const std::string* user_source_line() {
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   if (frame == nullptr) return nullptr;
   Py_INCREF(frame);
-  const std::string* out = nullptr;  // the innermost frame's line: used when every frame is library code
+  // The innermost frame names the line when every frame is library code; its line is only
+  // looked up then.
+  PyFrameObject* innermost = frame;
+  Py_INCREF(innermost);
+  const std::string* out = nullptr;
   while (frame != nullptr) {
     PyCodeObject* code = PyFrame_GetCode(frame);
-    const bool library = is_library_code(code);
-    if (!library || out == nullptr) out = line_of(code, frame);
+    if (!is_library_code(code)) out = line_of(code, frame);
     Py_DECREF(code);
-    if (!library) {
+    if (out != nullptr) {
       Py_DECREF(frame);
-      return out;
+      break;
     }
     PyFrameObject* back = PyFrame_GetBack(frame);
     Py_DECREF(frame);
     frame = back;
   }
+  if (out == nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(innermost);
+    out = line_of(code, innermost);
+    Py_DECREF(code);
+  }
+  Py_DECREF(innermost);
   return out;
 }
 
