@@ -1,6 +1,9 @@
 #include "exec/disk_tier.h"
 
 #include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
 #include "compiler/disk_cache.h"
 #include "compiler/program_serialize.h"
@@ -26,13 +29,29 @@ void check_bindings(const compiler::Program& p, size_t bindings) {
   for (const auto& r : p.returns) check(r);
 }
 
+std::mutex g_fingerprints_mutex;
+std::unordered_map<std::string, std::string>& fingerprints() {  // "name.overload" -> fingerprint
+  static auto* map = new std::unordered_map<std::string, std::string>();
+  return *map;
+}
+
 }  // namespace
+
+void set_lowering_fingerprint(const std::string& name, const std::string& overload, const std::string& fingerprint) {
+  std::lock_guard<std::mutex> lock(g_fingerprints_mutex);
+  fingerprints()[name + "." + overload] = fingerprint;
+}
 
 bool enabled() { return compiler::process_disk_cache() != nullptr; }
 
 std::vector<int64_t> stable_key(const c10::OperatorHandle& op, const CallState& st) {
   const auto& schema = op.schema();
-  std::string id = schema.name() + "." + schema.overload_name() + "\n" + c10::toString(schema);
+  std::string id = schema.name() + "." + schema.overload_name();
+  {
+    std::lock_guard<std::mutex> lock(g_fingerprints_mutex);
+    if (auto it = fingerprints().find(id); it != fingerprints().end()) id += "\nlowering " + it->second;
+  }
+  id += "\n" + c10::toString(schema);
   std::vector<int64_t> key = st.key;
   key[0] = static_cast<int64_t>(compiler::fnv1a(id.data(), id.size()));
   return key;

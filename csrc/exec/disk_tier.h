@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "exec/call.h"
@@ -22,6 +23,11 @@ namespace torch_tpu::exec::disk_tier {
 
 // True when the process has a disk tier (configured and not off).
 bool enabled();
+
+// Mixes a user lowering's fingerprint (torch_tpu.lowering.register_lowering: a hash of the
+// lowering's code) into the op's stable key, so a program stored by an earlier version of the
+// lowering is never loaded. Ops without one are covered by the package's own fingerprint.
+void set_lowering_fingerprint(const std::string& name, const std::string& overload, const std::string& fingerprint);
 
 // st.key with word 0 replaced by the op's stable identity.
 std::vector<int64_t> stable_key(const c10::OperatorHandle& op, const CallState& st);

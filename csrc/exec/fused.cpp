@@ -116,6 +116,10 @@ struct FusedProgram {
   std::vector<uint8_t> snapshot;    // per slot
   std::vector<int32_t> node_op;     // composed node -> recorded op index
   runtime::ExecutableStats stats;
+  // The per-op programs the cache key names by address: held so that no address in a live
+  // key is reused by another program (an evicted or cleared per-op program, or one replaced
+  // by a re-registered lowering, would otherwise make a stale graph match).
+  std::vector<std::shared_ptr<compiler::Program>> op_programs;
 };
 
 struct FusedCache {
@@ -681,6 +685,8 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
       }
       std::cerr << fp->executable->describe() << std::flush;
     }
+    fp->op_programs.reserve(nops);
+    for (size_t k = 0; k < nops; ++k) fp->op_programs.push_back(p.ops[k].program);
     g_cache.insert(p.key, p.hash, fp);
   }
   g_stats.kernels_launched += static_cast<uint64_t>(fp->stats.steps);

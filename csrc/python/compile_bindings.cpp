@@ -32,6 +32,7 @@
 #include "device/device.h"
 #include "device/stream.h"
 #include "exec/call.h"
+#include "exec/disk_tier.h"
 #include "exec/launch.h"
 #include "exec/mode.h"
 #include "ir/verifier.h"
@@ -334,6 +335,9 @@ static void register_lowered_op(const std::string& qualname, const std::string& 
 void init_compile_bindings(py::module_& m) {
   m.def("_register_lowered_op", &register_lowered_op, py::arg("qualname"), py::arg("overload"),
         "Makes tpu calls of a user op go through its registered lowering.");
+  m.def("_set_lowering_fingerprint", &exec::disk_tier::set_lowering_fingerprint, py::arg("name"),
+        py::arg("overload"), py::arg("fingerprint"),
+        "Keys an op's programs in the disk tier by its user lowering's code (schema overload name: '' for default).");
   py::class_<CompiledGraph>(m, "_CompiledGraph",
                             "One FX graph compiled as one program (torch.compile(backend='tpu')).")
       .def(py::init<const py::list&, const py::list&, const py::list&, uint64_t, int32_t>(), py::arg("nodes"),

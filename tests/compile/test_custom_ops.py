@@ -6,6 +6,11 @@ the lowered program); results are compared with that implementation on the CPU.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch._dynamo
@@ -104,3 +109,76 @@ def test_register_lowering_rejects_what_is_not_an_op():
         register_lowering(42)
     with pytest.raises(ValueError, match="qualified op name"):
         register_lowering("silu_alpha")
+
+
+@torch.library.custom_op("tpu_custom_test::scaled", mutates_args=())
+def scaled(x: torch.Tensor) -> torch.Tensor:
+    PY_CALLS.append(x.device.type)
+    return x * 2
+
+
+@scaled.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def _times(factor: float):
+    def lower(b, x):
+        return b.binary("mul", x, b.full(factor, x.dtype, x.shape))
+
+    return lower
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_lowering_registered_again_replaces_cached_programs(mode):
+    """The second registration must win for the same call signature: the per-op programs of
+    the first are dropped, and fused graphs that named them by address never match again."""
+    x = torch.randn(6)
+    with torch_tpu.mode(mode):
+        register_lowering(scaled)(_times(2.0))
+        first = (scaled(x.to("tpu")) + 1).cpu()
+        register_lowering(scaled)(_times(3.0))
+        second = (scaled(x.to("tpu")) + 1).cpu()
+    assert "tpu" not in PY_CALLS
+    torch.testing.assert_close(first, x * 2 + 1)
+    torch.testing.assert_close(second, x * 3 + 1)
+
+
+DISK_CHILD = """
+import json, sys, torch, torch_tpu
+from torch_tpu.lowering import register_lowering
+
+@torch.library.custom_op("tpu_disk_test::scaled", mutates_args=())
+def scaled(x: torch.Tensor) -> torch.Tensor:
+    return x * 0
+
+@scaled.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+@register_lowering(scaled)
+def _lower(b, x):
+    return b.binary("mul", x, b.full(FACTOR, x.dtype, x.shape))
+
+print(json.dumps({"y": scaled(torch.arange(4.0, device="tpu")).cpu().tolist(), "disk": torch_tpu.cache_stats()}))
+"""
+
+
+def test_the_disk_tier_never_loads_programs_of_an_edited_lowering(tmp_path):
+    """Per-op programs of a user op are stored on disk keyed by a hash of the lowering's source:
+    a process whose lowering changed compiles anew, one with the same lowering loads them."""
+
+    def run(factor: float) -> dict:
+        script = tmp_path / f"child_{factor}.py"
+        script.write_text(DISK_CHILD.replace("FACTOR", repr(factor)))
+        env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path / "cache"))
+        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert run(2.0)["y"] == [0.0, 2.0, 4.0, 6.0]
+    edited = run(3.0)
+    assert edited["y"] == [0.0, 3.0, 6.0, 9.0]
+    again = run(3.0)
+    assert again["y"] == [0.0, 3.0, 6.0, 9.0]
+    assert again["disk"]["hits"] > 0, again["disk"]

@@ -21,6 +21,8 @@ Contract for a lowering function (see docs/lowering.md):
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -89,6 +91,32 @@ def _overloads(op) -> list[torch._ops.OpOverload]:
                     f"got {type(op).__name__}")
 
 
+def _code_fingerprint(fn: LoweringFn) -> str:
+    """A hash of a lowering's code: its source text when Python can find it (else its bytecode,
+    constants and names), plus the reprs of its default arguments and of the values it closes
+    over (a factory's parameters). The same in every process for numbers, strings and dtypes;
+    an object whose repr shows its address makes it process-specific, so it never matches
+    another process's. Helpers the lowering calls are not covered."""
+    h = hashlib.sha256()
+    code = getattr(fn, "__code__", None)
+    try:
+        h.update(inspect.getsource(fn).encode())
+    except (OSError, TypeError):
+        if code is None:  # no code to hash: a per-process identity
+            h.update(f"{type(fn).__qualname__}@{id(fn)}".encode())
+        else:
+            h.update(code.co_code)
+            h.update(repr((code.co_consts, code.co_names)).encode())
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            cells.append(repr(cell.cell_contents))
+        except ValueError:  # an empty cell
+            cells.append("<empty>")
+    h.update(repr((getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None), cells)).encode())
+    return h.hexdigest()[:16]
+
+
 def register_lowering(*ops, bake_scalars: bool = False) -> Callable[[LoweringFn], LoweringFn]:
     """Decorator giving user ops (``torch.library``) a lowering to the IR, for every mode.
 
@@ -99,8 +127,10 @@ def register_lowering(*ops, bake_scalars: bool = False) -> Callable[[LoweringFn]
     as ``Value``s. Afterwards tpu calls of the op in debug/strict/fused mode run the lowered
     program (cached like any ATen op, with no Python on a cache hit) instead of the op's Python
     implementation, and ``torch.compile`` graphs containing it compile as one program. A
-    lowering registered again replaces the previous one for later compilations. See
-    docs/lowering.md, "Custom ops".
+    lowering registered again replaces the previous one: the eager program cache is cleared
+    (graphs already compiled by ``torch.compile`` keep the old lowering until they recompile).
+    Per-op programs in the disk tier are keyed by a hash of the lowering's source, so an edited
+    lowering never loads programs an earlier version stored. See docs/lowering.md, "Custom ops".
     """
     overloads = [o for op in ops for o in _overloads(op)]
     if not overloads:
@@ -111,14 +141,20 @@ def register_lowering(*ops, bake_scalars: bool = False) -> Callable[[LoweringFn]
             raise TypeError("register_lowering: the lowering must be callable")
         from .. import _C
 
+        fingerprint = _code_fingerprint(fn)
+        replaced = False
         for o in overloads:
             key = op_key(o)
+            replaced = replaced or (key in LOWERINGS and LOWERINGS[key] is not fn)
             LOWERINGS[key] = fn
+            _C._set_lowering_fingerprint(o._schema.name, o._schema.overload_name, fingerprint)
             USER_LOWERINGS.add(key)
             if bake_scalars:
                 BAKE_SCALARS.add(key)
             if o.namespace != "aten":
                 _C._register_lowered_op(o._schema.name, o._overloadname)
+        if replaced:  # programs lowered by the previous function must not be hit again
+            _C._clear_program_cache()
         return fn
 
     return deco
