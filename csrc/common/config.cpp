@@ -64,9 +64,10 @@ const std::vector<EnvVar>& registry() {
        "its own ATen kernel); read when a program is compiled."},
       {"TORCH_TPU_HOST_KERNEL_THREADS", "2",
        "Threads (the calling one included, at most the number of CPUs) that a large elementwise "
-       "kernel (at least 128K elements) of the host runtime is split across when it runs on a "
-       "stream worker, whose ATen kernels are single-threaded. The helpers sleep when idle. `1` "
-       "turns splitting off; read at the first large kernel."},
+       "kernel (at least 128K elements) or fused cluster (elements times half its instruction "
+       "count at least 128K) of the host runtime is split across when it runs on a stream "
+       "worker, whose ATen kernels are single-threaded. The helpers sleep when idle. `1` turns "
+       "splitting off; read at the first large kernel."},
       {"TORCH_TPU_COMPILE_MAX_SHAPES", "8",
        "torch.compile with dynamic shapes compiles one program per concrete input shape, for at "
        "most this many shapes per graph (each warns and counts as a specialization); calls with "

@@ -109,6 +109,38 @@ TEST(KernelThreads, LargeElementwiseNodesSplitAndMatchAten) {
   EXPECT_TRUE(at::equal(got[5], want_sel.to(at::kBFloat16)));
 }
 
+// A fused cluster with enough work splits its tiles across the kernel threads on a
+// single-threaded caller, and gives the same bits as run whole (plain and row clusters).
+TEST(KernelThreads, LargeClustersSplitTheirTiles) {
+  const std::vector<int64_t> shape{1001, 97}, lead{1001};  // uneven tile ranges per part
+  Program p;
+  int32_t x = p.param(0, DType::kF32, shape);
+  int32_t y = p.param(1, DType::kF32, shape);
+  int32_t t = p.add(OpKind::kTanh, DType::kF32, shape, {x});
+  int32_t prod = p.add(OpKind::kMul, DType::kF32, shape, {t, y});
+  int32_t sum = p.add(OpKind::kAdd, DType::kF32, shape, {prod, x});
+  int32_t rowmax = p.add(OpKind::kReduce, DType::kF32, lead, {sum}, {static_cast<int64_t>(ir::ReduceKind::kMax), 1});
+  int32_t bm = p.add(OpKind::kBroadcastInDim, DType::kF32, shape, {rowmax}, {0});
+  int32_t centered = p.add(OpKind::kSub, DType::kF32, shape, {sum, bm});
+  const std::vector<int32_t> outputs{centered, rowmax};
+  HostExecutable exe = compile_host(p, outputs, /*fuse=*/true);
+  ASSERT_GE(exe.stats().clusters, 1) << exe.describe();
+  at::Tensor xv = at::randn(shape), yv = at::randn(shape);
+  std::vector<at::Tensor> split, whole;
+  const std::vector<OutputTarget> split_targets = fresh_targets(p, outputs, &split);
+  const std::vector<OutputTarget> whole_targets = fresh_targets(p, outputs, &whole);
+  const uint64_t before = host::splits_with_helpers();
+  on_single_threaded_worker([&] { exe.run({tensor_binding(xv), tensor_binding(yv)}, split_targets, {}); });
+  if (std::thread::hardware_concurrency() >= 2) {
+    EXPECT_GE(host::splits_with_helpers() - before, 1u);
+  }
+  exe.run({tensor_binding(xv), tensor_binding(yv)}, whole_targets, {});  // this thread: ATen's threads, no split
+  EXPECT_TRUE(at::equal(split[0], whole[0]));
+  EXPECT_TRUE(at::equal(split[1], whole[1]));
+  at::Tensor want_sum = at::tanh(xv) * yv + xv;
+  EXPECT_TRUE(at::allclose(split[1], std::get<0>(want_sum.max(1)), 1e-5, 1e-6));
+}
+
 TEST(KernelThreads, ErrorInAHelpersBlockReachesTheCaller) {
   // Integer division by zero only in the last row: the helper's block raises.
   const std::vector<int64_t> shape{512, 512};

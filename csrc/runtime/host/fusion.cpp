@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "common/check.h"
+#include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
 
 namespace torch_tpu::runtime::host {
@@ -805,7 +806,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   }
 
   const bool use_sleef = sleef().unary[kExp] != nullptr;
-  at::parallel_for(0, num_tiles, std::max<int64_t>(1, at::internal::GRAIN_SIZE / tile), [&](int64_t t0, int64_t t1) {
+  auto run_tiles = [&](int64_t t0, int64_t t1) {
     // Per-thread scratch, reused across runs: a fresh vector per run cost a malloc (often
     // above glibc's fastbin sizes, so it consolidated the heap) plus a zero fill.
     thread_local std::vector<float> scratch;
@@ -856,7 +857,17 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
         store(out_acc[j], start / row, rows, row_values.data());
       }
     }
-  });
+  };
+  // A stream worker runs ATen with one thread, so at::parallel_for is serial there: a cluster
+  // with enough work (elements x instructions, compared like an elementwise kernel's elements)
+  // splits its tiles across the kernel threads instead (kernel_threads.h).
+  const int64_t work = numel_ * std::max<int64_t>(1, static_cast<int64_t>(program_.size()) / 2);
+  const int parts = static_cast<int>(std::min<int64_t>(split_parts(work), num_tiles));
+  if (parts > 1) {
+    run_split(parts, [&](int part) { run_tiles(num_tiles * part / parts, num_tiles * (part + 1) / parts); });
+  } else {
+    at::parallel_for(0, num_tiles, std::max<int64_t>(1, at::internal::GRAIN_SIZE / tile), run_tiles);
+  }
 }
 
 std::string Cluster::describe() const {

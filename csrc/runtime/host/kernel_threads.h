@@ -7,7 +7,9 @@
 // part 0 and hands the other parts to helper threads, which sleep on a condition variable
 // when idle (they never spin, so they cost nothing between kernels). Only kernels of at least
 // kSplitMinElements elements split: below that the hand-off (a futex wake-up of a sleeping
-// thread, several µs on a VM) costs about what the second thread saves. Callers that already
+// thread, several µs on a VM) costs about what the second thread saves. Fused clusters
+// (fusion.h) split their tiles too, passing elements x half their instruction count as the
+// size, since each element costs several operations there. Callers that already
 // have ATen intra-op threads (the Python thread running a program inline) never split.
 // Threads per kernel, the caller included: TORCH_TPU_HOST_KERNEL_THREADS (default 2, at most
 // the number of CPUs; 1 turns splitting off).
