@@ -335,8 +335,8 @@ static void register_lowered_op(const std::string& qualname, const std::string& 
 void init_compile_bindings(py::module_& m) {
   m.def("_register_lowered_op", &register_lowered_op, py::arg("qualname"), py::arg("overload"),
         "Makes tpu calls of a user op go through its registered lowering.");
-  m.def("_set_lowering_fingerprint", &exec::disk_tier::set_lowering_fingerprint, py::arg("name"),
-        py::arg("overload"), py::arg("fingerprint"),
+  m.def("_set_lowering_fingerprint", &exec::disk_tier::set_lowering_fingerprint, py::arg("name"), py::arg("overload"),
+        py::arg("fingerprint"),
         "Keys an op's programs in the disk tier by its user lowering's code (schema overload name: '' for default).");
   py::class_<CompiledGraph>(m, "_CompiledGraph",
                             "One FX graph compiled as one program (torch.compile(backend='tpu')).")
