@@ -48,7 +48,8 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_INLINE_WORK", "32768",
        "Strict mode runs a program on the calling thread, instead of the stream's worker, when "
        "its stream is idle and its work estimate (elements produced; contractions x64) is at most "
-       "this. 0 queues everything."},
+       "this, or it is elementwise only (any size: memory-bound, it runs fastest over warm memory "
+       "with ATen's threads). 0 queues everything."},
       {"TORCH_TPU_FUSED_MAX_OPS", "64",
        "Fused mode flushes a pending graph when it reaches this many recorded ops. Bounds graph "
        "growth in loops that never read a value on the host, and lets the device run one part of "

@@ -24,6 +24,27 @@ runtime::Runtime& selected_runtime() {
   return *rt;
 }
 
+namespace {
+// Ops of memory-bound elementwise programs (one pass over their operands, no contraction,
+// reduction or data-dependent indexing).
+bool is_inline_elementwise(ir::OpKind k) {
+  using ir::OpKind;
+  if (ir::is_unary_elementwise(k) || ir::is_binary_elementwise(k)) return true;
+  switch (k) {
+    case OpKind::kParameter:
+    case OpKind::kConstant:
+    case OpKind::kConvert:
+    case OpKind::kCompare:
+    case OpKind::kSelect:
+    case OpKind::kBroadcastInDim:
+    case OpKind::kReshape:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes) {
   static const bool always_verify = config::get_bool("TORCH_TPU_VERIFY");
   if (always_verify || mode() == Mode::Debug) ir::verify(program.graph);
@@ -45,13 +66,18 @@ void finish_program(compiler::Program& program, const std::vector<int32_t>& outp
   // Work estimate: elements produced, plus multiply-adds of contractions.
   static const int64_t kInlineLimit = config::get_int("TORCH_TPU_INLINE_WORK");
   int64_t work = 0;
+  bool elementwise = true;
   for (int32_t i = 0; i < program.graph.size(); ++i) {
     const ir::Node& n = program.graph.node(i);
     int64_t elems = n.numel();
     if (n.kind == ir::OpKind::kDotGeneral || n.kind == ir::OpKind::kConvolution) elems *= 64;
     work += elems;
+    elementwise = elementwise && is_inline_elementwise(n.kind);
   }
-  program.run_inline_when_idle = work <= kInlineLimit;
+  // Elementwise programs of any size too: on an idle stream the calling thread runs them with
+  // ATen's threads over cache-warm memory, where the worker would take a hand-off and, with
+  // up to 64 queued outputs, cache-cold destinations (docs/performance.md, dispatch).
+  program.run_inline_when_idle = work <= kInlineLimit || (elementwise && kInlineLimit > 0);
 }
 
 }  // namespace torch_tpu::exec
