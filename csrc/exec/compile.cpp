@@ -24,27 +24,6 @@ runtime::Runtime& selected_runtime() {
   return *rt;
 }
 
-namespace {
-// Ops of memory-bound elementwise programs (one pass over their operands, no contraction,
-// reduction or data-dependent indexing).
-bool is_inline_elementwise(ir::OpKind k) {
-  using ir::OpKind;
-  if (ir::is_unary_elementwise(k) || ir::is_binary_elementwise(k)) return true;
-  switch (k) {
-    case OpKind::kParameter:
-    case OpKind::kConstant:
-    case OpKind::kConvert:
-    case OpKind::kCompare:
-    case OpKind::kSelect:
-    case OpKind::kBroadcastInDim:
-    case OpKind::kReshape:
-      return true;
-    default:
-      return false;
-  }
-}
-}  // namespace
-
 void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes) {
   static const bool always_verify = config::get_bool("TORCH_TPU_VERIFY");
   if (always_verify || mode() == Mode::Debug) ir::verify(program.graph);
@@ -72,7 +51,10 @@ void finish_program(compiler::Program& program, const std::vector<int32_t>& outp
     int64_t elems = n.numel();
     if (n.kind == ir::OpKind::kDotGeneral || n.kind == ir::OpKind::kConvolution) elems *= 64;
     work += elems;
-    elementwise = elementwise && is_inline_elementwise(n.kind);
+    // Memory-bound: one pass over the operands (no contraction, reduction or indexing).
+    elementwise = elementwise &&
+                  (ir::is_elementwise(n.kind) || n.kind == ir::OpKind::kParameter || n.kind == ir::OpKind::kConstant ||
+                   n.kind == ir::OpKind::kBroadcastInDim || n.kind == ir::OpKind::kReshape);
   }
   // Elementwise programs of any size too: on an idle stream the calling thread runs them with
   // ATen's threads over cache-warm memory, where the worker would take a hand-off and, with

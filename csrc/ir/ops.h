@@ -50,6 +50,11 @@ constexpr bool is_unary_elementwise(OpKind k) {
 constexpr bool is_binary_elementwise(OpKind k) {
   return k >= OpKind::kAdd && k <= OpKind::kShrLogical;
 }
+// Every output element depends only on the operands' elements at the same index.
+constexpr bool is_elementwise(OpKind k) {
+  return is_unary_elementwise(k) || is_binary_elementwise(k) || k == OpKind::kCompare || k == OpKind::kSelect ||
+         k == OpKind::kConvert;
+}
 
 // Attribute enums (the integer encodings in iattrs).
 enum class CompareDir : int64_t { kEq, kNe, kLt, kLe, kGt, kGe };

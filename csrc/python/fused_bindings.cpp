@@ -36,19 +36,16 @@ bool is_library_code(PyCodeObject* code) {
 // is computed once per call site. Code objects stay alive through is_library_code's memo.
 // Guarded by the GIL.
 const std::string* line_of(PyCodeObject* code, PyFrameObject* frame) {
-  static auto* sites = new std::unordered_map<PyCodeObject*, std::unordered_map<int, const std::string*>>();
-  static auto* lines = new std::unordered_map<PyCodeObject*, std::unordered_map<int, std::string>>();
+  static auto* sites = new std::unordered_map<PyCodeObject*, std::unordered_map<int, std::string>>();
   auto& of_code = (*sites)[code];
   const int lasti = PyFrame_GetLasti(frame);
-  if (auto it = of_code.find(lasti); it != of_code.end()) return it->second;
-  const int line = PyFrame_GetLineNumber(frame);
-  auto& line_strings = (*lines)[code];
-  auto it = line_strings.find(line);
-  if (it == line_strings.end()) {
+  auto it = of_code.find(lasti);
+  if (it == of_code.end()) {
     const char* file = PyUnicode_AsUTF8(code->co_filename);
-    it = line_strings.emplace(line, std::string(file ? file : "?") + ":" + std::to_string(line)).first;
+    it = of_code.emplace(lasti, std::string(file ? file : "?") + ":" + std::to_string(PyFrame_GetLineNumber(frame)))
+             .first;
   }
-  return of_code.emplace(lasti, &it->second).first->second;
+  return &it->second;
 }
 
 const std::string* user_source_line() {

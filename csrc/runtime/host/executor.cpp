@@ -191,11 +191,10 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     // A broadcast reads its operand from full-size memory (stride 0), even in its own shape.
     if (node.kind == ir::OpKind::kBroadcastInDim) {
       int32_t oc = cluster_of[node.operands[0]];
-      // Never into an empty shape: a cluster of no elements never runs (Cluster::run), so the
-      // folded 0-d values would never be computed, and one that a later node reads (var_mean's
-      // mean of an empty bf16 tensor, converted back to bf16) would be uninitialized memory.
-      const bool fold = oc >= 0 && oc != c && open[oc] && !node.shape.empty() &&
-                        c10::multiply_integers(node.shape) > 0 && clusters[oc]->shape().empty() &&
+      // Never into an empty shape (Cluster::can_hold_scalars): var_mean's mean of an empty bf16
+      // tensor, converted back to bf16 by a later node, was read uninitialized.
+      const bool fold = oc >= 0 && oc != c && open[oc] && Cluster::can_hold_scalars(node.shape) &&
+                        clusters[oc]->shape().empty() &&
                         std::none_of(clusters[oc]->members().begin(), clusters[oc]->members().end(),
                                      [&](int32_t m) { return is_output_[m]; });
       if (fold) {

@@ -672,7 +672,6 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
   auto is_invariant = [&](int16_t slot) {
     return slot < 0 || (static_cast<size_t>(slot) < invariant_slot.size() && invariant_slot[slot]);
   };
-  auto one_element = [](const std::vector<int64_t>& shape) { return c10::multiply_integers(shape) == 1; };
   auto operand = [&](int32_t o) -> int16_t {
     if (auto it = slot_of.find(o); it != slot_of.end()) return it->second;
     const ir::Node& on = g.node(o);
@@ -684,14 +683,17 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
                                        : at::scalar_tensor(on.fattrs.at(0), at::kDouble).to(dt);
       splats_.push_back({s, c.to(at::kFloat).item<float>()});
       mark_invariant(s);
-    } else if (reduced_shape(on.shape)) {  // per-row value: stride 0 along the row
-      std::vector<int64_t> dims(on.shape.size());
-      for (size_t k = 0; k < dims.size(); ++k) dims[k] = static_cast<int64_t>(k);
-      inputs_.push_back({o, s, on.shape, std::move(dims), true});
     } else {
-      inputs_.push_back({o, s, on.shape, {}, false});
+      Input in{o, s, on.shape, {}, false};
+      if (reduced_shape(on.shape)) {  // per-row value: stride 0 along the row
+        in.dims.resize(on.shape.size());
+        for (size_t k = 0; k < in.dims.size(); ++k) in.dims[k] = static_cast<int64_t>(k);
+        in.broadcast = true;
+      }
+      in.one_element = c10::multiply_integers(on.shape) == 1;
+      if (in.one_element) mark_invariant(s);
+      inputs_.push_back(std::move(in));
     }
-    if (one_element(on.shape)) mark_invariant(s);  // run() fills it once (see `uniform` there)
     slot_of[o] = s;
     return s;
   };
@@ -713,7 +715,8 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       int32_t o = n.operands.at(0);
       int16_t s = fresh();
       inputs_.push_back({o, s, g.node(o).shape, n.iattrs, true});
-      if (one_element(g.node(o).shape)) mark_invariant(s);
+      inputs_.back().one_element = c10::multiply_integers(g.node(o).shape) == 1;
+      if (inputs_.back().one_element) mark_invariant(s);
       slot_of[m] = s;
       continue;
     }
@@ -799,11 +802,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   if (numel_ == 0) return;
   const int64_t tile = tile_, num_tiles = (numel_ + tile - 1) / tile, stride = slot_stride_, row = row_;
   std::vector<bool> uniform(inputs_.size());
-  // A one-element input is the same for every tile even when its access is not stride 0 (a
-  // one-element cluster's): build() counted on it being filled before the invariant instructions.
-  for (size_t i = 0; i < inputs_.size(); ++i) {
-    uniform[i] = in_acc[i].uniform() || c10::multiply_integers(inputs_[i].shape) == 1;
-  }
+  for (size_t i = 0; i < inputs_.size(); ++i) uniform[i] = inputs_[i].one_element || in_acc[i].uniform();
 
   const bool use_sleef = sleef().unary[kExp] != nullptr;
   auto run_tiles = [&](int64_t t0, int64_t t1) {

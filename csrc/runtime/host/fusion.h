@@ -106,11 +106,15 @@ class Cluster {
   // Whether `other` (an open plain cluster of this cluster's lead shape, none of its members
   // an output) may be merged into this one as row members: its members then run here.
   bool can_absorb(const Cluster& other) const;
-  // Whether `other` (an open cluster) holds only 0-d values (Python scalars converted for this
-  // cluster, say) that may run here instead, held broadcast like reduced values. Not when
-  // this cluster is empty: it never runs, so the 0-d values would never be computed.
+  // Whether a cluster of `shape` may run 0-d values (Python scalars converted for it, say),
+  // held broadcast like reduced values: not a 0-d one, and not an empty one (it never runs, so
+  // the 0-d values would never be computed).
+  static bool can_hold_scalars(const std::vector<int64_t>& shape) {
+    return !shape.empty() && c10::multiply_integers(shape) > 0;
+  }
+  // Whether `other` (an open cluster) holds only 0-d values that may run here instead.
   bool can_absorb_scalars(const Cluster& other) const {
-    return other.shape_.empty() && !shape_.empty() && c10::multiply_integers(shape_) > 0 &&
+    return other.shape_.empty() && can_hold_scalars(shape_) &&
            members_.size() + other.members_.size() < kMaxClusterNodes;
   }
   void absorb(const Cluster& other) { members_.insert(members_.end(), other.members_.begin(), other.members_.end()); }
@@ -141,6 +145,9 @@ class Cluster {
     std::vector<int64_t> shape;  // the external node's shape
     std::vector<int64_t> dims;   // broadcast_in_dim: output dim of each operand dim; else empty
     bool broadcast = false;
+    // One element: the same in every tile (filled once, before the invariant instructions),
+    // even where its access is not stride 0 (in a cluster of one element).
+    bool one_element = false;
   };
   struct Instr {
     uint8_t op;            // Op (fusion.cpp)
