@@ -160,7 +160,8 @@ def _(x):
 def _lower(b, x):
     return b.binary("mul", x, b.full(FACTOR, x.dtype, x.shape))
 
-print(json.dumps({"y": scaled(torch.arange(4.0, device="tpu")).cpu().tolist(), "disk": torch_tpu.cache_stats()}))
+x = torch.tensor([0.0, 1.0, 2.0, 3.0]).to("tpu")  # a copy, not a program: the op is the only program
+print(json.dumps({"y": scaled(x).cpu().tolist(), "disk": torch_tpu.cache_stats()}))
 """
 
 
@@ -176,9 +177,12 @@ def test_the_disk_tier_never_loads_programs_of_an_edited_lowering(tmp_path):
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    assert run(2.0)["y"] == [0.0, 2.0, 4.0, 6.0]
-    edited = run(3.0)
+    first = run(2.0)
+    assert first["y"] == [0.0, 2.0, 4.0, 6.0]
+    assert (first["disk"]["hits"], first["disk"]["writes"]) == (0, 1), first["disk"]
+    edited = run(3.0)  # the stored program (x * 2) must not be loaded
     assert edited["y"] == [0.0, 3.0, 6.0, 9.0]
-    again = run(3.0)
+    assert (edited["disk"]["hits"], edited["disk"]["writes"]) == (0, 1), edited["disk"]
+    again = run(3.0)  # the same lowering: its program comes from disk
     assert again["y"] == [0.0, 3.0, 6.0, 9.0]
-    assert again["disk"]["hits"] > 0, again["disk"]
+    assert (again["disk"]["hits"], again["disk"]["writes"]) == (1, 0), again["disk"]
