@@ -16,6 +16,7 @@
 #include "device/stream.h"
 #include "exec/call.h"
 #include "exec/metrics.h"
+#include "runtime/residency.h"
 
 namespace torch_tpu::aten {
 namespace {
@@ -24,9 +25,16 @@ constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 
 bool is_tpu(const at::Tensor& t) { return t.device().type() == kTpu; }
 
-// A CPU tensor aliasing a tpu tensor's memory (host runtime: device memory is host RAM).
-at::Tensor host_view(const at::Tensor& t) {
+// A CPU tensor aliasing a tpu tensor's memory (the DataPtr is a host address on every
+// runtime); the Residency hooks bring device copies back (read) or drop them (write) first.
+enum class Access { kRead, kWrite };
+at::Tensor host_view(const at::Tensor& t, Access access) {
   void* data = static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize();
+  const size_t span = runtime::span_bytes(t.sizes(), t.strides(), t.itemsize());
+  if (access == Access::kRead)
+    runtime::before_host_read(data, span);
+  else
+    runtime::before_host_write(data, span, t.is_non_overlapping_and_dense());
   return at::from_blob(data, t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU));
 }
 
@@ -43,13 +51,13 @@ void write_to_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
   exec::metrics().bytes_to_device += static_cast<uint64_t>(dst.numel()) * dst.itemsize();
   const bool untouched = dst.use_count() == 1 && dst.storage().use_count() == 1;
   if (untouched) {
-    host_view(dst).copy_(src_cpu);
+    host_view(dst, Access::kWrite).copy_(src_cpu);
     return;
   }
   at::Tensor staging = src_cpu.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
   if (staging.storage().is_alias_of(src_cpu.storage())) staging = staging.clone();
   device::enqueue_fn(device::current_stream(dst.device().index()),
-                     [dst, staging] { host_view(dst).copy_(staging); });
+                     [dst, staging] { host_view(dst, Access::kWrite).copy_(staging); });
 }
 
 void copy_on_device(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
@@ -68,7 +76,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
       copy_on_device(self, src, non_blocking);
     } else {
       wait_for(src);
-      write_to_device(self, host_view(src).clone());
+      write_to_device(self, host_view(src, Access::kRead).clone());
     }
   } else if (is_tpu(self)) {
     TPU_CHECK(src.device().is_cpu(), "copy_: cannot copy from ", src.device(), " to ", self.device());
@@ -77,7 +85,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     TPU_CHECK(self.device().is_cpu(), "copy_: cannot copy from ", src.device(), " to ", self.device());
     wait_for(src);
     exec::metrics().bytes_from_device += static_cast<uint64_t>(src.numel()) * src.itemsize();
-    self.copy_(host_view(src));
+    self.copy_(host_view(src, Access::kRead));
   }
   return self;
 }
@@ -99,7 +107,7 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
   wait_for(self);
   exec::metrics().bytes_from_device += static_cast<uint64_t>(self.itemsize());
-  return host_view(self).item();
+  return host_view(self, Access::kRead).item();
 }
 
 }  // namespace torch_tpu::aten

@@ -28,6 +28,10 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_PJRT_OPTIONS", "",
        "PJRT client create options, `name=value,...` (`true`/`false`, integers, floats or strings), "
        "e.g. `preallocate=false,memory_fraction=0.5` for the CUDA plugin."},
+      {"TORCH_TPU_PJRT_RESIDENT", "1",
+       "PJRT runtime: keep program outputs on the device as PJRT buffers (uploaded and downloaded "
+       "only when the host needs them). `0`: stage every program's inputs and outputs through host "
+       "memory (for comparisons and debugging)."},
       {"TORCH_TPU_NUM_DEVICES", "1",
        "Number of emulated devices on the host runtime. Unset under torchrun: `LOCAL_WORLD_SIZE` "
        "(so local rank r can use tpu:r)."},
@@ -73,8 +77,7 @@ const std::vector<EnvVar>& registry() {
        "torch.compile with dynamic shapes compiles one program per concrete input shape, for at "
        "most this many shapes per graph (each warns and counts as a specialization); calls with "
        "further shapes run the graph's ops eagerly. Python: torch_tpu.compile.set_max_shapes()."},
-      {"TORCH_TPU_VERIFY", "0",
-       "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
+      {"TORCH_TPU_VERIFY", "0", "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
   };
   return vars;
 }

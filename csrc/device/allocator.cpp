@@ -11,6 +11,7 @@
 
 #include "device/device.h"
 #include "device/stream.h"
+#include "runtime/residency.h"
 
 namespace torch_tpu::device {
 namespace {
@@ -68,6 +69,7 @@ Pool& pool(c10::DeviceIndex d) {
 
 void free_block(void* ctx) {
   auto* b = static_cast<Block*>(ctx);
+  runtime::released(b->ptr, b->size);  // before the block can be handed out again
   Pool& p = *pools()[static_cast<size_t>(b->device)];
   std::lock_guard<std::mutex> g(p.mu);
   p.live.erase(b->ptr);
@@ -162,6 +164,8 @@ c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes
 }
 
 void DeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  runtime::before_host_read(src, count);
+  runtime::before_host_write(dest, count, /*every_byte=*/true);
   std::memcpy(dest, src, count);
 }
 

@@ -12,6 +12,7 @@
 #include "device/device.h"
 #include "device/generator.h"
 #include "device/stream.h"
+#include "runtime/residency.h"
 
 namespace torch_tpu::device {
 namespace {
@@ -96,7 +97,10 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
       flush_pending(device);
     }
     c10::DataPtr fresh = DeviceAllocator::get().allocate_on(device, newsize);
-    if (keep > 0) std::memcpy(fresh.get(), impl->data(), keep);
+    if (keep > 0) {
+      runtime::before_host_read(impl->data(), keep);
+      std::memcpy(fresh.get(), impl->data(), keep);
+    }
     c10::DataPtr old = impl->set_data_ptr(std::move(fresh));
     impl->set_nbytes(newsize);
     if (keep == 0 && old) {

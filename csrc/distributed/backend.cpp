@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "device/device.h"
 #include "device/stream.h"
+#include "runtime/residency.h"
 
 namespace torch_tpu::distributed {
 
@@ -163,6 +164,18 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
     if (is_tpu(t)) devices.insert(t.device().index());
   }
   if (barrier_device >= 0) devices.insert(static_cast<c10::DeviceIndex>(barrier_device));
+  if (runtime::residency() != nullptr) {
+    // Values may live only in device buffers (PJRT) and the transport reads and writes host
+    // memory: wait for the streams, bring the bytes back and drop the device copies.
+    for (auto d : devices) device::synchronize_stream(device::current_stream(d));
+    for (const std::vector<at::Tensor>* list : {&tensors, const_cast<const std::vector<at::Tensor>*>(&result)}) {
+      for (const auto& t : *list) {
+        if (is_tpu(t) && t.numel() > 0)
+          runtime::before_host_write(t.data_ptr(), runtime::span_bytes(t.sizes(), t.strides(), t.itemsize()),
+                                     /*every_byte=*/false);
+      }
+    }
+  }
   std::vector<void*> events;
   try {
     for (auto d : devices) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "device/stream.h"
 #include "python/bindings.h"
 #include "runtime/pjrt/pjrt_runtime.h"
 #include "runtime/pjrt/plugin.h"
@@ -96,10 +97,42 @@ void init_pjrt_bindings(py::module_& m) {
         cache["misses"] = c.misses;
         cache["writes"] = c.writes;
         d["executable_cache"] = cache;
+        const pjrt::TransferStats& t = rt->transfer_stats();
+        py::dict transfers;
+        transfers["uploads"] = t.uploads.load();
+        transfers["upload_bytes"] = t.upload_bytes.load();
+        transfers["downloads"] = t.downloads.load();
+        transfers["download_bytes"] = t.download_bytes.load();
+        d["transfers"] = transfers;
+        pjrt::ResidencyStats r = rt->residency_stats();
+        py::dict resident;
+        resident["entries"] = r.entries;
+        resident["bytes"] = r.bytes;
+        resident["hits"] = r.hits;
+        resident["adopted"] = r.adopted;
+        resident["uploads_kept"] = r.uploads_kept;
+        resident["syncs"] = r.syncs;
+        resident["sync_bytes"] = r.sync_bytes;
+        resident["dropped_unread"] = r.dropped_unread;
+        resident["donated"] = r.donated;
+        d["resident"] = resident;
         return d;
       },
       "The active PJRT runtime's client ({platform, devices, executions_per_device, compiles, "
-      "executable_cache, ...}), or None on another runtime.");
+      "executable_cache, transfers, resident, ...}), or None on another runtime.");
+  m.def(
+      "_pjrt_set_resident",
+      [](bool on) {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        TORCH_CHECK(rt != nullptr, "torch_tpu: the PJRT runtime is not active (TORCH_TPU_RUNTIME)");
+        py::gil_scoped_release no_gil;  // queued work may need the GIL to drop tensors
+        device::synchronize_device(-1);
+        rt->set_resident(on);
+      },
+      py::arg("on"),
+      "Turns the PJRT runtime's resident buffers off (device copies come back to host memory and "
+      "every program stages its inputs and outputs) or on again; for benchmarks comparing both in one "
+      "process. No effect with TORCH_TPU_PJRT_RESIDENT=0.");
   m.def(
       "_pjrt_memory_stats",
       [](size_t device) {

@@ -20,17 +20,23 @@ namespace torch_tpu::python {
 void init_stablehlo_bindings(py::module_& m) {
   m.def(
       "_stablehlo_emit",
-      [](const py::list& nodes, const std::vector<int32_t>& outputs, const std::string& module_name) {
+      [](const py::list& nodes, const std::vector<int32_t>& outputs, const std::string& module_name, bool flat_tensors,
+         const std::vector<int32_t>& argument_aliases, const std::vector<std::vector<int64_t>>& argument_layouts) {
         ir::Graph g = graph_from_python(nodes);
         stablehlo::EmitOptions options;
         options.module_name = module_name;
+        options.flat_tensors = flat_tensors;
+        options.argument_aliases = argument_aliases;
+        options.argument_layouts = argument_layouts;
         try {
           return stablehlo::emit_stablehlo(g, outputs, options);
         } catch (const ir::VerifyError& e) {
           throw std::runtime_error(e.what());  // RuntimeError, as _ir_verify raises
         }
       },
-      py::arg("nodes"), py::arg("outputs"), py::arg("module_name") = "torch_tpu",
+      py::arg("nodes"), py::arg("outputs"), py::arg("module_name") = "torch_tpu", py::arg("flat_tensors") = false,
+      py::arg("argument_aliases") = std::vector<int32_t>{},
+      py::arg("argument_layouts") = std::vector<std::vector<int64_t>>{},
       "MLIR text (StableHLO) of the wire-format graph `nodes` computing `outputs`; see csrc/stablehlo/emitter.h.");
   m.def(
       "_set_jax_engine", [](const py::object& engine) { runtime::jax::set_engine(engine); }, py::arg("engine"),

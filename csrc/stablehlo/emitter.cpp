@@ -515,9 +515,18 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
   Module module;
   std::map<int64_t, std::string> arg_of;
   std::vector<TType> arg_types;
+  auto flat = [&](const std::vector<int64_t>& shape) {
+    if (!options.flat_tensors || shape.size() == 1) return shape;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return std::vector<int64_t>{n};
+  };
+  std::map<int64_t, const std::vector<int64_t>*> layout_of;
   for (const auto& [binding, node] : bindings) {
+    const size_t k = arg_types.size();
+    layout_of[binding] = k < options.argument_layouts.size() ? &options.argument_layouts[k] : nullptr;
     arg_of[binding] = "%arg" + std::to_string(arg_types.size());
-    arg_types.push_back({elem_of(node->dtype), node->shape});
+    arg_types.push_back({elem_of(node->dtype), flat(node->shape)});
     module.arguments.push_back({binding, node->dtype, node->shape});
   }
   if (rng) {
@@ -537,7 +546,23 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
     const ir::Node& n = g.node(i);
     TType type{elem_of(n.dtype), n.shape};
     if (n.kind == OpKind::kParameter) {
-      vals[static_cast<size_t>(i)] = {arg_of.at(n.iattrs.at(0)), type};
+      const int64_t binding = n.iattrs.at(0);
+      const bool flattened = binding >= 0 && flat(n.shape) != n.shape;
+      Val arg{arg_of.at(binding), flattened ? TType{type.elem, flat(n.shape)} : type};
+      const std::vector<int64_t>* order = binding >= 0 ? layout_of.at(binding) : nullptr;
+      if (order != nullptr && !order->empty()) {
+        TPU_CHECK_VALUE(options.flat_tensors && order->size() == n.shape.size(), "StableHLO emitter: layout of ",
+                        "binding ", binding, " needs flat_tensors and one entry per dim");
+        std::vector<int64_t> physical, back(order->size());
+        for (size_t j = 0; j < order->size(); ++j) {
+          physical.push_back(n.shape.at(static_cast<size_t>((*order)[j])));
+          back.at(static_cast<size_t>((*order)[j])) = static_cast<int64_t>(j);
+        }
+        vals[static_cast<size_t>(i)] =
+            b.op("stablehlo.transpose", {b.reshape(arg, physical)}, type, "permutation = " + i64_array(back));
+        continue;
+      }
+      vals[static_cast<size_t>(i)] = flattened ? b.reshape(arg, n.shape) : arg;
       continue;
     }
     if (n.numel() == 0) {  // nothing to compute: an empty constant
@@ -553,12 +578,18 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
   }
 
   std::string text = "module @" + options.module_name + " {\n  func.func public @main(";
-  for (size_t i = 0; i < arg_types.size(); ++i)
+  for (size_t i = 0; i < arg_types.size(); ++i) {
     text += (i ? ", " : "") + std::string("%arg") + std::to_string(i) + ": " + arg_types[i].str();
+    const int32_t alias = i < options.argument_aliases.size() ? options.argument_aliases[i] : -1;
+    TPU_CHECK_VALUE(alias < static_cast<int32_t>(outputs.size()), "StableHLO emitter: argument ", i, " aliases result ",
+                    alias, " of ", outputs.size());
+    if (alias >= 0) text += " {tf.aliasing_output = " + std::to_string(alias) + " : i32}";
+  }
   text += ") -> (";
   std::string refs, types;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const Val& v = vals[static_cast<size_t>(outputs[i])];
+    Val v = vals[static_cast<size_t>(outputs[i])];
+    if (flat(v.type.shape) != v.type.shape) v = b.reshape(v, flat(v.type.shape));
     refs += (i ? ", " : "") + v.ref;
     types += (i ? ", " : "") + v.type.str();
   }

@@ -39,6 +39,18 @@ struct EmitOptions {
   // node reads it). Runtimes set it: a parameter nothing reads (an out= target) may be bound to
   // memory whose shape no longer matches (it was resized), and need not be transferred.
   bool live_arguments_only = false;
+  // Tensor arguments (bindings >= 0) and results of any rank are passed as 1-D arrays of their
+  // elements and reshaped inside the function (free in XLA). The PJRT runtime sets it: a device
+  // buffer then stands for a run of bytes, whatever view of them the next program reads.
+  bool flat_tensors = false;
+  // Per argument (in @main's order; shorter means -1 for the rest): the result it may share its
+  // buffer with (`tf.aliasing_output`), or -1. A donated argument then becomes that result with
+  // no copy (in-place writes). Types must match (with flat_tensors: dtype and element count).
+  std::vector<int32_t> argument_aliases;
+  // Per argument (needs flat_tensors; shorter means row-major for the rest): the order of its
+  // dims in memory, outermost first, or empty for row-major. The flat argument is reshaped to
+  // that order and transposed back, so a dense permuted view (x.t()) is read where it lies.
+  std::vector<std::vector<int64_t>> argument_layouts;
 };
 
 // One argument of the emitted function: the binding it reads (>= 0, or ir::kRngSeedBinding /

@@ -20,21 +20,29 @@ from pjrt_cpu_plugin import cpu_plugin_path
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-def run_on_cpu_plugin(*pytest_args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run_on_cpu_plugin(*pytest_args: str, timeout: float = 600, **env_vars: str) -> subprocess.CompletedProcess[str]:
     """Runs pytest in a child process whose torch_tpu uses the PJRT runtime on the CPU plugin."""
     plugin = cpu_plugin_path()
     if plugin is None:
         pytest.skip("XLA's CPU PJRT plugin is not installed: pip install lammps-jax-pjrt-cpu (requirements-dev.txt)")
-    env = dict(os.environ, TORCH_TPU_RUNTIME="pjrt", TORCH_TPU_PJRT_PLUGIN=str(plugin))
+    env = dict(os.environ, TORCH_TPU_RUNTIME="pjrt", TORCH_TPU_PJRT_PLUGIN=str(plugin), **env_vars)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *pytest_args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=HERE.parent.parent)
 
 
 def test_runtime_tests_pass_on_the_xla_cpu_plugin() -> None:
-    proc = run_on_cpu_plugin(str(HERE / "test_pjrt_runtime.py"))
+    proc = run_on_cpu_plugin(str(HERE / "test_pjrt_runtime.py"), str(HERE / "test_pjrt_resident.py"))
     tail = proc.stdout[-6000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert " skipped" not in proc.stdout.splitlines()[-1], tail  # every runtime test must run
+
+
+def test_staged_transfers_pass_on_the_xla_cpu_plugin() -> None:
+    # TORCH_TPU_PJRT_RESIDENT=0 stages every program through host memory: the same values.
+    proc = run_on_cpu_plugin(str(HERE / "test_pjrt_resident.py"), TORCH_TPU_PJRT_RESIDENT="0")
+    tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
+    assert " skipped" not in proc.stdout.splitlines()[-1], tail
 
 
 _PROGRAM = """

@@ -20,7 +20,7 @@ import torch
 pytest.importorskip("jax", reason="the StableHLO oracle runs modules on JAX's CPU backend (pip install 'jax[cpu]')")
 
 import oracle  # noqa: E402  (after the skip: it imports jax)
-from oracle import check  # noqa: E402
+from oracle import check, run_module  # noqa: E402
 
 from torch_tpu import _C  # noqa: E402
 from torch_tpu.ir import builder as B  # noqa: E402
@@ -69,6 +69,23 @@ def test_stablehlo_module_signature():
     assert ret[0].startswith("    return %v") and ", %arg0, %v" in ret[0]
     assert ret[1] == "tensor<2x3xf32>, tensor<i64>, tensor<4xbf16>"
     assert "stablehlo.rng" not in text  # Philox is spelled out in integer ops
+
+
+def test_stablehlo_flat_tensors_layouts_and_aliases():
+    # The PJRT runtime's form: flat arguments and results, a permuted layout read in place, and an
+    # argument aliasing a result (tf.aliasing_output). JAX runs it on flat inputs.
+    a = torch.randn(4, 3)
+    b = torch.randn(3, 4)
+    g = GraphBuilder()
+    x = g.parameter(0, torch.float32, (3, 4))  # bound to a.t(): memory order (dim 1, dim 0)
+    y = g.parameter(1, torch.float32, (3, 4))
+    z = g.add(x, y)
+    text = _C._stablehlo_emit(g.serialize(), [z.id], flat_tensors=True, argument_aliases=[-1, 0],
+                              argument_layouts=[[1, 0], []])
+    assert "%arg0: tensor<12xf32>, %arg1: tensor<12xf32> {tf.aliasing_output = 0 : i32}" in text
+    assert '"stablehlo.transpose"' in text and "-> (tensor<12xf32>)" in text
+    (out,) = run_module(text, [a.reshape(-1), b.reshape(-1)])
+    torch.testing.assert_close(out, (a.t() + b).reshape(-1))
 
 
 def test_stablehlo_verifies_and_rejects():

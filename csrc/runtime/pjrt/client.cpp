@@ -69,10 +69,12 @@ LoadedExecutable::~LoadedExecutable() {
 }
 
 std::vector<Buffer> LoadedExecutable::execute(const std::vector<c::PJRT_Buffer*>& args, c::PJRT_Device* device,
-                                              Event* done) const {
-  // Inputs are the caller's storage: never let the compiler's may-alias donate them.
-  std::vector<int64_t> keep(args.size());
-  for (size_t i = 0; i < keep.size(); ++i) keep[i] = static_cast<int64_t>(i);
+                                              Event* done, const std::vector<uint8_t>& donated) const {
+  // Every other input is the caller's to keep: never let the compiler's may-alias consume it.
+  std::vector<int64_t> keep;
+  keep.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i)
+    if (i >= donated.size() || !donated[i]) keep.push_back(static_cast<int64_t>(i));
   c::PJRT_ExecuteOptions opts{};
   opts.struct_size = sizeof(opts);
   opts.non_donatable_input_indices = keep.data();

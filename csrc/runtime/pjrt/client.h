@@ -81,8 +81,10 @@ class LoadedExecutable {
   void set_num_outputs(size_t n) { num_outputs_ = n; }  // once, by Client::adopt
   c::PJRT_LoadedExecutable* handle() const { return exe_; }
   // Runs on `device` (null: the compile-time device) and returns the output buffers; `done` is
-  // set to the completion event. Arguments are never donated (non_donatable covers all).
-  std::vector<Buffer> execute(const std::vector<c::PJRT_Buffer*>& args, c::PJRT_Device* device, Event* done) const;
+  // set to the completion event. Argument i is donated only where donated[i] is set: its memory
+  // becomes an output's, and the caller must never read it again (only destroy it).
+  std::vector<Buffer> execute(const std::vector<c::PJRT_Buffer*>& args, c::PJRT_Device* device, Event* done,
+                              const std::vector<uint8_t>& donated = {}) const;
 
  private:
   const Plugin* plugin_;

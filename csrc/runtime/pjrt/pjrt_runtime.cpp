@@ -4,7 +4,10 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <map>
+#include <mutex>
+#include <numeric>
 
 #include "common/check.h"
 #include "common/config.h"
@@ -64,25 +67,65 @@ struct AwaitOnExit {
 // A non-null address for zero-element transfers (PJRT reads nothing from it).
 const int64_t kEmpty = 0;
 
-// One argument of the compiled function, in the emitter's order.
-struct Argument {
-  int64_t binding = 0;  // >= 0, or ir::kRngSeedBinding / ir::kRngOffsetBinding
-  ir::DType dtype = ir::DType::kF32;
-  std::vector<int64_t> shape;
+bool is_contiguous(const runtime::Binding& b) {
+  int64_t expected = 1;
+  for (size_t d = b.sizes.size(); d-- > 0;) {
+    if (b.sizes[d] != 1 && b.strides[d] != expected) return false;
+    expected *= b.sizes[d];
+  }
+  return true;
+}
+
+size_t span_bytes(const runtime::Binding& b) {
+  return runtime::span_bytes(b.sizes, b.strides, c10::elementSize(b.dtype));
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The order of a view's dims in memory (outermost first) if its elements fill their span with no
+// gap or overlap (a dense permuted view such as x.t()). False otherwise.
+bool dense_order(const runtime::Binding& b, std::vector<int64_t>* order) {
+  order->resize(b.sizes.size());
+  std::iota(order->begin(), order->end(), 0);
+  std::stable_sort(order->begin(), order->end(), [&](int64_t x, int64_t y) { return b.strides[x] > b.strides[y]; });
+  int64_t expected = 1;
+  for (size_t j = order->size(); j-- > 0;) {
+    const auto d = static_cast<size_t>((*order)[j]);
+    if (b.sizes[d] == 1) continue;
+    if (b.strides[d] != expected) return false;
+    expected *= b.sizes[d];
+  }
+  return true;
+}
+
+// The dims of an argument's device buffer: tensor bindings are flat (EmitOptions::flat_tensors).
+std::vector<int64_t> buffer_dims(const stablehlo::Argument& a) {
+  if (a.binding < 0) return a.shape;  // the RNG seed and offset (0-d)
+  return {numel(a.shape)};
+}
+
+// How one run's arguments differ from the plain executable's: arguments donated to (aliasing)
+// results, and resident arguments read in a permuted layout. Empty vectors: none.
+struct Variant {
+  std::vector<int32_t> aliases;               // per argument: the result it aliases, or -1
+  std::vector<std::vector<int64_t>> layouts;  // per argument: dims in memory order, or empty
+  auto operator<=>(const Variant&) const = default;
 };
 
 class PjrtExecutable final : public runtime::Executable {
  public:
-  PjrtExecutable(std::shared_ptr<Client> client, std::shared_ptr<std::vector<std::atomic<int64_t>>> executions,
-                 std::unique_ptr<LoadedExecutable> exe, std::vector<Argument> args, std::vector<int32_t> outputs,
-                 std::vector<ir::DType> output_dtypes, std::vector<std::vector<int64_t>> output_shapes)
-      : client_(std::move(client)),
-        executions_(std::move(executions)),
-        exe_(std::move(exe)),
-        args_(std::move(args)),
-        outputs_(std::move(outputs)),
-        output_dtypes_(std::move(output_dtypes)),
-        output_shapes_(std::move(output_shapes)) {}
+  PjrtExecutable(PjrtRuntime* runtime, const ir::Graph& graph, std::vector<int32_t> outputs,
+                 std::vector<stablehlo::Argument> args, std::unique_ptr<LoadedExecutable> exe)
+      : runtime_(runtime), graph_(graph), outputs_(std::move(outputs)), args_(std::move(args)), exe_(std::move(exe)) {
+    for (int32_t o : outputs_) {
+      output_dtypes_.push_back(graph_.node(o).dtype);
+      output_shapes_.push_back(graph_.node(o).shape);
+    }
+  }
 
   runtime::ExecutableStats stats() const override {
     runtime::ExecutableStats s;
@@ -93,49 +136,100 @@ class PjrtExecutable final : public runtime::Executable {
   void run(const std::vector<runtime::Binding>& inputs, const std::vector<runtime::OutputTarget>& targets,
            runtime::RngState rng) const override {
     c10::InferenceMode no_autograd;
+    const Client& client = runtime_->client();
+    ResidentBuffers* resident = runtime_->resident();
+    TransferStats& transfers = runtime_->transfers();
     const auto device = static_cast<size_t>(runtime::execution_device());
-    TPU_CHECK(device < client_->devices().size(), "PJRT runtime: tpu:", device, " does not exist (the plugin has ",
-              client_->devices().size(), " devices)");
-    // 1. Start every upload. Host values (staging copies or views of the caller's memory) stay
-    //    alive and unchanged until their transfer event is ready.
+    TPU_CHECK(device < client.devices().size(), "PJRT runtime: tpu:", device, " does not exist (the plugin has ",
+              client.devices().size(), " devices)");
+    // Outputs into dense destinations of their own dtype stay on the device (resident).
+    std::vector<uint8_t> stays(targets.size(), 0);
+    for (size_t t = 0; t < targets.size(); ++t) {
+      const runtime::Binding& d = targets[t].dest;
+      stays[t] = resident != nullptr && d.data != nullptr &&
+                 d.dtype == scalar_type(output_dtypes_[result_index(targets[t].node)]) && is_contiguous(d);
+    }
+    // 1. Start every upload, except of arguments already resident on the device. Host values
+    //    (staging copies or views of the caller's memory) stay alive and unchanged until their
+    //    transfer event is ready.
     std::vector<at::Tensor> staging;
     std::vector<Buffer> buffers;
+    std::vector<std::shared_ptr<Buffer>> on_device(args_.size());
     std::vector<Event> uploaded(args_.size());
     AwaitOnExit uploads_done{uploaded};
+    Variant variant;
+    std::vector<std::pair<size_t, size_t>> kept_inputs;  // (argument, buffers slot) uploaded in place
     std::vector<c::PJRT_Buffer*> raw;
     staging.reserve(args_.size());
     buffers.reserve(args_.size());
     for (size_t k = 0; k < args_.size(); ++k) {
-      const Argument& a = args_[k];
+      const stablehlo::Argument& a = args_[k];
+      if ((on_device[k] = resident_argument(a, inputs, device, &variant.layouts, k))) {
+        raw.push_back(on_device[k]->get());
+        continue;
+      }
+      if (const Buffer* twin = uploaded_twin(a, k, inputs, kept_inputs, buffers)) {
+        raw.push_back(twin->get());  // the same bytes bound twice (fused graphs): one upload
+        continue;
+      }
       at::Tensor host = host_value(a, inputs, rng);
       const void* data = host.numel() > 0 ? host.data_ptr() : &kEmpty;
-      buffers.push_back(client_->upload(data, buffer_type(a.dtype), a.shape, {}, device, &uploaded[k]));
+      buffers.push_back(client.upload(data, buffer_type(a.dtype), buffer_dims(a), {}, device, &uploaded[k]));
       raw.push_back(buffers.back().get());
+      // The tensor's own bytes went up as they are: later programs reading them reuse the buffer.
+      if (resident != nullptr && a.binding >= 0 && data == inputs[static_cast<size_t>(a.binding)].data)
+        kept_inputs.emplace_back(k, buffers.size() - 1);
+      transfers.uploads.fetch_add(1, std::memory_order_relaxed);
+      transfers.upload_bytes.fetch_add(host.numel() * host.element_size(), std::memory_order_relaxed);
       staging.push_back(std::move(host));
     }
-    // 2. Launch on the same device (the executable is portable); PJRT orders it after the uploads.
+    // 2. In-place writes donate the resident buffer they overwrite (an executable variant whose
+    //    argument aliases that result), then launch on the same device (the executable is
+    //    portable); PJRT orders the launch after the uploads.
+    std::vector<uint8_t> donated;
+    variant.aliases = donations(inputs, targets, stays, on_device, &donated);
+    const LoadedExecutable& exe = executable_for(variant);
     Event done;
-    std::vector<Buffer> results = exe_->execute(raw, client_->devices()[device].handle, &done);
-    (*executions_)[device].fetch_add(1, std::memory_order_relaxed);
+    std::vector<Buffer> results = exe.execute(raw, client.devices()[device].handle, &done, donated);
+    runtime_->count_execution(device);
     TPU_CHECK(results.size() == outputs_.size(), "PJRT executable returned ", results.size(), " outputs, expected ",
               outputs_.size());
-    // 3. Start the downloads of the requested outputs into dense host tensors.
+    // 3. Start the downloads of the outputs that do not stay, into dense host tensors.
     std::vector<at::Tensor> host_out(targets.size());
     std::vector<Event> downloaded(targets.size());
     AwaitOnExit downloads_done{downloaded};
     for (size_t t = 0; t < targets.size(); ++t) {
+      if (stays[t]) continue;
       size_t r = result_index(targets[t].node);
       host_out[t] = at::empty(output_shapes_[r], at::TensorOptions().dtype(scalar_type(output_dtypes_[r])));
       if (host_out[t].numel() == 0) continue;  // (a null destination would ask PJRT for the size)
-      downloaded[t] = client_->download(results[r], host_out[t].data_ptr(),
-                                        static_cast<size_t>(host_out[t].numel()) * host_out[t].element_size());
+      const size_t nbytes = static_cast<size_t>(host_out[t].numel()) * host_out[t].element_size();
+      downloaded[t] = client.download(results[r], host_out[t].data_ptr(), nbytes);
+      transfers.downloads.fetch_add(1, std::memory_order_relaxed);
+      transfers.download_bytes.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
     }
     for (Event& e : uploaded) e.await("Client_BufferFromHostBuffer (transfer)");
     done.await("LoadedExecutable_Execute (execution)");
     for (Event& e : downloaded) e.await("Buffer_ToHostBuffer (transfer)");
-    // 4. Write each output into its destination view (strided, possibly another dtype).
+    // 4. Record the uploaded tensors as current device copies, then the resident outputs (which
+    //    replace any of those they overwrite) (one buffer may back several destinations) and write each
+    //    downloaded output into its destination view (strided, possibly another dtype).
+    for (auto [k, slot] : kept_inputs) {
+      const runtime::Binding& in = inputs[static_cast<size_t>(args_[k].binding)];
+      resident->adopt(in.data, span_bytes(in), {buffer_type(args_[k].dtype), device},
+                      std::make_shared<Buffer>(std::move(buffers[slot])), /*host_current=*/true);
+    }
+    std::vector<std::shared_ptr<Buffer>> kept(results.size());
     for (size_t t = 0; t < targets.size(); ++t) {
       const runtime::Binding& d = targets[t].dest;
+      if (stays[t]) {
+        size_t r = result_index(targets[t].node);
+        if (kept[r] == nullptr) kept[r] = std::make_shared<Buffer>(std::move(results[r]));
+        resident->adopt(d.data, span_bytes(d), {buffer_type(output_dtypes_[r]), device}, kept[r],
+                        /*host_current=*/false);
+        continue;
+      }
+      if (resident != nullptr) resident->before_host_write(d.data, span_bytes(d), is_contiguous(d));
       at::Tensor dest = at::from_blob(d.data, d.sizes, d.strides, at::TensorOptions().dtype(d.dtype));
       dest.copy_(host_out[t]);
     }
@@ -148,8 +242,92 @@ class PjrtExecutable final : public runtime::Executable {
     TPU_CHECK(false, "PJRT executable: node ", node, " was not compiled as an output");
   }
 
+  // The resident buffer holding argument `a`'s bytes as the program can take them, or null: a
+  // dense view of the argument's dtype and shape, row-major or permuted (then layouts[k] is set
+  // to its order in memory; the variant transposes it back).
+  std::shared_ptr<Buffer> resident_argument(const stablehlo::Argument& a, const std::vector<runtime::Binding>& inputs,
+                                            size_t device, std::vector<std::vector<int64_t>>* layouts, size_t k) const {
+    ResidentBuffers* resident = runtime_->resident();
+    if (resident == nullptr || a.binding < 0 || static_cast<size_t>(a.binding) >= inputs.size()) return nullptr;
+    const runtime::Binding& in = inputs[static_cast<size_t>(a.binding)];
+    if (in.kind != runtime::Binding::Kind::Tensor || in.data == nullptr || in.dtype != scalar_type(a.dtype) ||
+        !std::equal(in.sizes.begin(), in.sizes.end(), a.shape.begin(), a.shape.end()))
+      return nullptr;
+    const size_t nbytes = static_cast<size_t>(numel(a.shape)) * c10::elementSize(in.dtype);
+    if (is_contiguous(in)) return resident->find(in.data, nbytes, {buffer_type(a.dtype), device});
+    std::vector<int64_t> order;
+    if (!dense_order(in, &order)) return nullptr;
+    std::shared_ptr<Buffer> buffer = resident->find(in.data, nbytes, {buffer_type(a.dtype), device});
+    if (buffer != nullptr) {
+      layouts->resize(args_.size());
+      (*layouts)[k] = std::move(order);
+    }
+    return buffer;
+  }
+
+  // The buffer an earlier argument of this run uploaded from the same bytes, as the same dtype
+  // and element count (the buffers are flat, so any shape of them), or null.
+  const Buffer* uploaded_twin(const stablehlo::Argument& a, size_t k, const std::vector<runtime::Binding>& inputs,
+                              const std::vector<std::pair<size_t, size_t>>& kept_inputs,
+                              const std::vector<Buffer>& buffers) const {
+    if (a.binding < 0 || static_cast<size_t>(a.binding) >= inputs.size()) return nullptr;
+    const runtime::Binding& in = inputs[static_cast<size_t>(a.binding)];
+    if (in.kind != runtime::Binding::Kind::Tensor || in.dtype != scalar_type(a.dtype) || !is_contiguous(in))
+      return nullptr;
+    for (auto [j, slot] : kept_inputs) {
+      const stablehlo::Argument& b = args_[j];
+      if (inputs[static_cast<size_t>(b.binding)].data == in.data && b.dtype == a.dtype &&
+          numel(b.shape) == numel(a.shape))
+        return &buffers[slot];
+    }
+    return nullptr;
+  }
+
+  // For each argument, the result it is donated to (-1: none): a resident argument whose bytes a
+  // staying output of the same dtype overwrites entirely, when the table lets go of its buffer.
+  // Sets donated[k] for those arguments. Empty when nothing is donated.
+  std::vector<int32_t> donations(const std::vector<runtime::Binding>& inputs,
+                                 const std::vector<runtime::OutputTarget>& targets, const std::vector<uint8_t>& stays,
+                                 const std::vector<std::shared_ptr<Buffer>>& on_device,
+                                 std::vector<uint8_t>* donated) const {
+    std::vector<int32_t> aliases;
+    std::vector<uint8_t> result_taken(outputs_.size(), 0);
+    for (size_t k = 0; k < args_.size(); ++k) {
+      if (on_device[k] == nullptr) continue;
+      const runtime::Binding& in = inputs[static_cast<size_t>(args_[k].binding)];
+      for (size_t t = 0; t < targets.size(); ++t) {
+        const runtime::Binding& d = targets[t].dest;
+        const size_t r = result_index(targets[t].node);
+        if (!stays[t] || result_taken[r] || d.data != in.data || output_dtypes_[r] != args_[k].dtype ||
+            span_bytes(d) != span_bytes(in))
+          continue;
+        if (!runtime_->resident()->take_for_donation(in.data, span_bytes(in), on_device[k])) break;
+        if (aliases.empty()) {
+          aliases.assign(args_.size(), -1);
+          donated->assign(args_.size(), 0);
+        }
+        aliases[k] = static_cast<int32_t>(r);
+        (*donated)[k] = 1;
+        result_taken[r] = 1;
+        break;
+      }
+    }
+    return aliases;
+  }
+
+  // The executable for a variant (the plain one when it has no aliases and no layouts), compiled
+  // on first use. Thread-safe.
+  const LoadedExecutable& executable_for(const Variant& variant) const {
+    if (variant.aliases.empty() && variant.layouts.empty()) return *exe_;
+    std::lock_guard<std::mutex> g(variants_mu_);
+    std::unique_ptr<LoadedExecutable>& v = variants_[variant];
+    if (v == nullptr) v = runtime_->build(graph_, outputs_, variant.aliases, variant.layouts);
+    return *v;
+  }
+
   // The dense host value of one argument, in the argument's dtype.
-  static at::Tensor host_value(const Argument& a, const std::vector<runtime::Binding>& inputs, runtime::RngState rng) {
+  at::Tensor host_value(const stablehlo::Argument& a, const std::vector<runtime::Binding>& inputs,
+                        runtime::RngState rng) const {
     auto opts = at::TensorOptions().dtype(scalar_type(a.dtype));
     if (a.binding == ir::kRngSeedBinding || a.binding == ir::kRngOffsetBinding) {
       uint64_t v = a.binding == ir::kRngSeedBinding ? rng.seed : rng.offset;
@@ -166,6 +344,7 @@ class PjrtExecutable final : public runtime::Executable {
       at::Scalar s = floating ? at::Scalar(in.d) : in.dtype == c10::kBool ? at::Scalar(in.i != 0) : at::Scalar(in.i);
       return at::full(a.shape, s, opts);
     }
+    if (ResidentBuffers* resident = runtime_->resident()) resident->sync_to_host(in.data, span_bytes(in));
     at::Tensor view = at::from_blob(in.data, in.sizes, in.strides, at::TensorOptions().dtype(in.dtype));
     TPU_CHECK(view.sizes().vec() == a.shape, "PJRT runtime: binding ", a.binding, " has shape ", view.sizes(),
               ", the program expects ", c10::IntArrayRef(a.shape));
@@ -176,57 +355,66 @@ class PjrtExecutable final : public runtime::Executable {
     return view.to(opts.dtype(), /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
   }
 
-  std::shared_ptr<Client> client_;
-  std::shared_ptr<std::vector<std::atomic<int64_t>>> executions_;
-  std::unique_ptr<LoadedExecutable> exe_;
-  std::vector<Argument> args_;
+  PjrtRuntime* runtime_;  // lives for the process
+  ir::Graph graph_;       // kept to compile donation variants
   std::vector<int32_t> outputs_;
+  std::vector<stablehlo::Argument> args_;  // @main's arguments, in order
+  std::unique_ptr<LoadedExecutable> exe_;
   std::vector<ir::DType> output_dtypes_;
   std::vector<std::vector<int64_t>> output_shapes_;
+  mutable std::mutex variants_mu_;
+  mutable std::map<Variant, std::unique_ptr<LoadedExecutable>> variants_;
 };
 
 }  // namespace
 
-std::unique_ptr<runtime::Executable> PjrtRuntime::compile(const ir::Graph& graph, const std::vector<int32_t>& outputs) {
-  // The argument list, exactly as the emitter orders it (see stablehlo/emitter.h).
-  std::map<int64_t, const ir::Node*> params;
-  bool rng = false;
-  for (const ir::Node& n : graph.nodes()) {
-    if (n.kind != ir::OpKind::kParameter) continue;
-    int64_t b = n.iattrs.at(0);
-    if (b < 0)
-      rng = true;
-    else
-      params.emplace(b, &n);
-  }
-  std::vector<Argument> args;
-  for (const auto& [b, n] : params) args.push_back({b, n->dtype, n->shape});
-  if (rng) {
-    args.push_back({ir::kRngSeedBinding, ir::DType::kI64, {}});
-    args.push_back({ir::kRngOffsetBinding, ir::DType::kI64, {}});
-  }
-  std::vector<ir::DType> dtypes;
-  std::vector<std::vector<int64_t>> shapes;
-  for (int32_t o : outputs) {
-    dtypes.push_back(graph.node(o).dtype);
-    shapes.push_back(graph.node(o).shape);
-  }
-  std::string mlir = stablehlo::emit_stablehlo(graph, outputs);
+std::unique_ptr<LoadedExecutable> PjrtRuntime::build(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                                                     const std::vector<int32_t>& aliases,
+                                                     const std::vector<std::vector<int64_t>>& layouts,
+                                                     std::vector<stablehlo::Argument>* arguments) {
+  stablehlo::EmitOptions emit;
+  emit.argument_layouts = layouts;
+  emit.flat_tensors = true;
+  emit.live_arguments_only = true;  // an out= destination is not uploaded
+  emit.argument_aliases = aliases;
+  stablehlo::Module module = stablehlo::emit_module(graph, outputs, emit);
+  if (arguments != nullptr) *arguments = std::move(module.arguments);
   static const std::string options = compile_options_proto();
-  std::unique_ptr<LoadedExecutable> exe = executable_cache_ ? executable_cache_->load(*client_, mlir) : nullptr;
+  std::unique_ptr<LoadedExecutable> exe = executable_cache_ ? executable_cache_->load(*client_, module.text) : nullptr;
   if (exe == nullptr) {
-    exe = client_->compile(mlir, options);
+    exe = client_->compile(module.text, options);
     compiles_.fetch_add(1, std::memory_order_relaxed);
-    if (executable_cache_) executable_cache_->store(*client_, mlir, *exe);
+    if (executable_cache_) executable_cache_->store(*client_, module.text, *exe);
   }
   TPU_CHECK(exe->num_outputs() == outputs.size(), "PJRT compiled a program with ", exe->num_outputs(),
             " outputs, expected ", outputs.size());
-  return std::make_unique<PjrtExecutable>(client_, executions_, std::move(exe), std::move(args), outputs,
-                                          std::move(dtypes), std::move(shapes));
+  return exe;
 }
 
+std::unique_ptr<runtime::Executable> PjrtRuntime::compile(const ir::Graph& graph, const std::vector<int32_t>& outputs) {
+  std::vector<stablehlo::Argument> args;
+  std::unique_ptr<LoadedExecutable> exe = build(graph, outputs, {}, {}, &args);
+  return std::make_unique<PjrtExecutable>(this, graph, outputs, std::move(args), std::move(exe));
+}
+
+void PjrtRuntime::count_execution(size_t device) { (*executions_)[device].fetch_add(1, std::memory_order_relaxed); }
+
 PjrtRuntime::PjrtRuntime(std::shared_ptr<Client> client)
-    : client_(std::move(client)), executable_cache_(ExecutableCache::open(*client_, compile_options_proto())) {}
+    : client_(std::move(client)), executable_cache_(ExecutableCache::open(*client_, compile_options_proto())) {
+  if (config::get_bool("TORCH_TPU_PJRT_RESIDENT")) {
+    resident_ = std::make_unique<ResidentBuffers>(client_);
+    runtime::install_residency(resident_.get());
+    resident_on_ = true;
+  }
+}
+
+void PjrtRuntime::set_resident(bool on) {
+  if (resident_ == nullptr) return;
+  if (!on) resident_->sync_all_and_clear();
+  resident_on_.store(on, std::memory_order_release);
+}
+
+ResidencyStats PjrtRuntime::residency_stats() const { return resident_ ? resident_->stats() : ResidencyStats{}; }
 
 ExecutableCacheStats PjrtRuntime::executable_cache_stats() const {
   return executable_cache_ ? executable_cache_->stats() : ExecutableCacheStats{};

@@ -1,25 +1,27 @@
 // The PJRT runtime: IR programs emitted as StableHLO, compiled and run by a PJRT C API plugin.
 //
-// Design (docs/pjrt.md has the whole picture and the road to device-resident storage):
-//   * compile(): csrc/stablehlo emits the graph's MLIR text; PJRT_Client_Compile compiles it
-//     with format "mlir" and compile_options_proto() (1 replica, 1 partition). The argument
-//     order is the emitter's: parameter bindings >= 0 ascending, then RNG seed and offset.
-//   * run(): staged execution. Tensor memory stays where the device allocator put it (host
-//     RAM, as on the host runtime), so every binding, view and stride keeps PyTorch's storage
-//     semantics unchanged. Each run starts all input uploads (strided views are made dense on
-//     the host first), launches the executable, starts all output downloads, awaits the events
-//     together, and writes each output into its destination view (converting the dtype when
-//     the destination's differs). Inputs are marked non-donatable: they are the caller's
-//     storage. In-place ops therefore cost an upload and a download per program; keeping
-//     storages resident as PJRT buffers (DataPtr -> buffer handle, donation for in-place
-//     writes) is the next step and is designed in docs/pjrt.md.
+// Design (docs/pjrt.md has the whole picture):
+//   * compile(): csrc/stablehlo emits the graph's MLIR text with flat tensor arguments and
+//     results (a device buffer stands for a run of bytes, whatever view of them a program
+//     reads) and only the arguments some output depends on; PJRT_Client_Compile compiles it
+//     with format "mlir" and compile_options_proto() (1 replica, 1 partition).
+//   * run(): tensor memory keeps its host address from the device allocator, so bindings, views
+//     and strides keep PyTorch's storage semantics; the bytes themselves may live on the device
+//     (resident_buffers.h). Arguments already resident are passed as their buffers (dense
+//     permuted views through a transposing variant), the others are uploaded (and kept for the
+//     next reader); outputs into dense destinations stay on the device, the others are
+//     downloaded into their views. An in-place write donates the buffer it overwrites through a
+//     variant whose argument aliases the result (tf.aliasing_output). Variants are compiled
+//     per executable on first use. TORCH_TPU_PJRT_RESIDENT=0 stages everything through host
+//     memory instead.
 //   * Compiled executables are kept on disk (executable_cache.h) when the plugin can serialize
 //     them, so a restarted process skips the plugin's compiler.
 //   * Executables are compiled portable (not bound to a device): run() uploads to, and executes
 //     on, the PJRT device of runtime::execution_device(), so "tpu:i" is the plugin's device i.
 //
-// Thread safety: the runtime and its executables are immutable after construction/compile and
-// may be used from several worker threads at once (PJRT clients are thread-safe).
+// Thread safety: the runtime is immutable after construction except for its counters and the
+// resident table (locked); an executable's only mutable state is its variant map (locked).
+// Both may be used from several worker threads at once (PJRT clients are thread-safe).
 #pragma once
 
 #include <atomic>
@@ -29,7 +31,9 @@
 
 #include "runtime/pjrt/client.h"
 #include "runtime/pjrt/executable_cache.h"
+#include "runtime/pjrt/resident_buffers.h"
 #include "runtime/runtime.h"
+#include "stablehlo/emitter.h"
 
 namespace torch_tpu::pjrt {
 
@@ -37,6 +41,11 @@ namespace torch_tpu::pjrt {
 // num_partitions: 1 } compile_portable_executable: true }, written by hand (protobuf wire format) so that no protobuf library is
 // needed. Never throws.
 std::string compile_options_proto();
+
+// Host<->device transfers made by programs (resident-buffer syncs are in ResidencyStats).
+struct TransferStats {
+  std::atomic<int64_t> uploads{0}, upload_bytes{0}, downloads{0}, download_bytes{0};
+};
 
 class PjrtRuntime final : public runtime::Runtime {
  public:
@@ -54,14 +63,34 @@ class PjrtRuntime final : public runtime::Runtime {
   int64_t compiles() const { return compiles_.load(std::memory_order_relaxed); }
   // The on-disk executable cache's figures (enabled false when off or unsupported).
   ExecutableCacheStats executable_cache_stats() const;
+  const TransferStats& transfer_stats() const { return transfers_; }
+  TransferStats& transfers() { return transfers_; }
+  // The resident-buffer table, or null when off (TORCH_TPU_PJRT_RESIDENT=0 or set_resident).
+  ResidentBuffers* resident() const { return resident_on_.load(std::memory_order_acquire) ? resident_.get() : nullptr; }
+  // Turns resident buffers off (stale device copies are downloaded, the table emptied; programs
+  // then stage through host memory) or back on, for benchmarks that compare both in one process.
+  // The caller waits for the devices' queued work first. No-op when TORCH_TPU_PJRT_RESIDENT=0.
+  void set_resident(bool on);
+  // Emits `graph` (flat tensors; argument k aliasing result aliases[k] where >= 0 and read in
+  // memory order layouts[k] where not empty) and compiles it, or loads it from the executable
+  // cache. `arguments` receives @main's argument list.
+  std::unique_ptr<LoadedExecutable> build(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                                          const std::vector<int32_t>& aliases,
+                                          const std::vector<std::vector<int64_t>>& layouts,
+                                          std::vector<stablehlo::Argument>* arguments = nullptr);
+  void count_execution(size_t device);
+  // The resident-buffer table's figures (all 0 when TORCH_TPU_PJRT_RESIDENT=0).
+  ResidencyStats residency_stats() const;
 
  private:
   std::shared_ptr<Client> client_;
   std::unique_ptr<ExecutableCache> executable_cache_;  // null when the disk cache is off
   std::atomic<int64_t> compiles_{0};
-  // Shared with the executables, which count each run (the runtime lives for the process).
-  std::shared_ptr<std::vector<std::atomic<int64_t>>> executions_ =
-      std::make_shared<std::vector<std::atomic<int64_t>>>(client_->devices().size());
+  std::unique_ptr<ResidentBuffers> resident_;  // null when TORCH_TPU_PJRT_RESIDENT=0
+  std::atomic<bool> resident_on_{false};
+  TransferStats transfers_;
+  std::unique_ptr<std::vector<std::atomic<int64_t>>> executions_ =
+      std::make_unique<std::vector<std::atomic<int64_t>>>(client_->devices().size());
 };
 
 // The PJRT runtime chosen by TORCH_TPU_RUNTIME, created on first use:

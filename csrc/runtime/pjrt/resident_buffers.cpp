@@ -1,0 +1,108 @@
+#include "runtime/pjrt/resident_buffers.h"
+
+namespace torch_tpu::pjrt {
+
+static uintptr_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+ResidentBuffers::Table::iterator ResidentBuffers::first_overlap(uintptr_t begin) {
+  // Entries never overlap, so only the last one starting at or before `begin` can reach into it.
+  auto it = table_.upper_bound(begin);
+  if (it != table_.begin() && std::prev(it)->second.end > begin) --it;
+  return it;
+}
+
+void ResidentBuffers::download(uintptr_t begin, const Entry& e) {
+  const size_t nbytes = e.end - begin;
+  Event done = client_->download(*e.buffer, reinterpret_cast<void*>(begin), nbytes);
+  done.await("Buffer_ToHostBuffer (resident buffer to host)");
+  stats_.syncs++;
+  stats_.sync_bytes += static_cast<int64_t>(nbytes);
+}
+
+void ResidentBuffers::drop(uintptr_t begin, uintptr_t end, bool every_byte) {
+  for (auto it = first_overlap(begin); it != table_.end() && it->first < end;) {
+    Entry& e = it->second;
+    const bool inside = it->first >= begin && e.end <= end;
+    if (!e.host_current) {
+      if (inside && every_byte)
+        stats_.dropped_unread++;
+      else
+        download(it->first, e);
+    }
+    stats_.entries--;
+    stats_.bytes -= static_cast<int64_t>(e.end - it->first);
+    it = table_.erase(it);
+  }
+}
+
+std::shared_ptr<Buffer> ResidentBuffers::find(const void* data, size_t nbytes, const Array& array) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = table_.find(address(data));
+  if (it == table_.end() || it->second.end != address(data) + nbytes || !(it->second.array == array)) return nullptr;
+  stats_.hits++;
+  return it->second.buffer;
+}
+
+bool ResidentBuffers::take_for_donation(const void* data, size_t nbytes, const std::shared_ptr<Buffer>& buffer) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = table_.find(address(data));
+  if (it == table_.end() || it->second.end != address(data) + nbytes || it->second.buffer != buffer ||
+      buffer.use_count() != 2)
+    return false;
+  stats_.entries--;
+  stats_.bytes -= static_cast<int64_t>(nbytes);
+  stats_.donated++;
+  table_.erase(it);
+  return true;
+}
+
+void ResidentBuffers::adopt(const void* data, size_t nbytes, Array array, std::shared_ptr<Buffer> buffer,
+                            bool host_current) {
+  const uintptr_t begin = address(data);
+  std::lock_guard<std::mutex> g(mu_);
+  drop(begin, begin + nbytes, /*every_byte=*/true);
+  table_.emplace(begin, Entry{begin + nbytes, array, std::move(buffer), host_current});
+  stats_.entries++;
+  stats_.bytes += static_cast<int64_t>(nbytes);
+  (host_current ? stats_.uploads_kept : stats_.adopted)++;
+}
+
+void ResidentBuffers::sync_to_host(const void* data, size_t nbytes) {
+  const uintptr_t begin = address(data), end = begin + nbytes;
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto it = first_overlap(begin); it != table_.end() && it->first < end; ++it) {
+    if (it->second.host_current) continue;
+    download(it->first, it->second);
+    it->second.host_current = true;
+  }
+}
+
+void ResidentBuffers::before_host_write(const void* data, size_t nbytes, bool every_byte) {
+  const uintptr_t begin = address(data);
+  std::lock_guard<std::mutex> g(mu_);
+  drop(begin, begin + nbytes, every_byte);
+}
+
+void ResidentBuffers::released(const void* data, size_t nbytes) noexcept {
+  const uintptr_t begin = address(data);
+  std::lock_guard<std::mutex> g(mu_);
+  // Entries lie inside one allocation, so a freed block holds all of those it overlaps.
+  for (auto it = first_overlap(begin); it != table_.end() && it->first < begin + nbytes;) {
+    if (!it->second.host_current) stats_.dropped_unread++;
+    stats_.entries--;
+    stats_.bytes -= static_cast<int64_t>(it->second.end - it->first);
+    it = table_.erase(it);
+  }
+}
+
+void ResidentBuffers::sync_all_and_clear() {
+  std::lock_guard<std::mutex> g(mu_);
+  drop(0, UINTPTR_MAX, /*every_byte=*/false);
+}
+
+ResidencyStats ResidentBuffers::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stats_;
+}
+
+}  // namespace torch_tpu::pjrt

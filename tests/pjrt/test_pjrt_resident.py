@@ -1,0 +1,142 @@
+"""Resident buffers on the PJRT runtime: program outputs stay on the device, later programs read
+them without an upload, in-place writes donate the buffer they overwrite, and every host access
+(copies, .item(), views written on the host, freed and reused memory) sees the right bytes.
+Values are compared with PyTorch CPU; the transfer figures come from _C._pjrt_info().
+test_pjrt_cpu_plugin.py runs this file on XLA's CPU plugin twice: with resident buffers (the
+default) and with TORCH_TPU_PJRT_RESIDENT=0 (every output staged through host memory)."""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu import _C
+
+pytestmark = pytest.mark.skipif(
+    _C._pjrt_info() is None,
+    reason="the PJRT runtime is not active (set TORCH_TPU_RUNTIME=pjrt and TORCH_TPU_PJRT_PLUGIN)",
+)
+
+RESIDENT = os.environ.get("TORCH_TPU_PJRT_RESIDENT", "1") != "0"
+
+
+def figures() -> dict[str, int]:
+    info = _C._pjrt_info()
+    return {**info["transfers"], **{"resident_" + k: v for k, v in info["resident"].items()}}
+
+
+def delta(before: dict[str, int]) -> dict[str, int]:
+    now = figures()
+    return {k: now[k] - before[k] for k in now}
+
+
+def _train(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_training_keeps_parameters_and_optimizer_state_on_the_device(mode: str) -> None:
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10))
+    model = copy.deepcopy(ref).to("tpu")
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(32, 64, generator=g), torch.randint(0, 10, (32,), generator=g)) for _ in range(4)]
+    with torch_tpu.mode(mode):
+        _train(model, opt, batches[0][0].to("tpu"), batches[0][1].to("tpu"))  # compiles; state created
+        torch.tpu.synchronize()  # (fused mode: the first step's programs run here)
+        before = figures()
+        for x, y in batches[1:]:
+            _train(model, opt, x.to("tpu"), y.to("tpu"))
+        torch.tpu.synchronize()
+        moved = delta(before)
+    for x, y in batches:
+        _train(ref, ref_opt, x, y)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.cpu(), q, rtol=1e-4, atol=1e-5)
+    params = sum(p.numel() * 4 for p in ref.parameters())
+    if RESIDENT:
+        # Each step uploads its batch (32x64 f32 + 32 i64 = 8448 bytes; read by two programs but
+        # uploaded once) and the programs' scalar operands; parameters, gradients and AdamW's
+        # moments never cross, and nothing is downloaded.
+        tensor_bytes = 3 * (32 * 64 * 4 + 32 * 8)
+        assert moved["upload_bytes"] < tensor_bytes + 16 * moved["uploads"], moved
+        assert moved["upload_bytes"] < params, moved
+        assert moved["downloads"] == 0 and moved["resident_syncs"] == 0, moved
+        assert moved["resident_donated"] > 0, moved  # optimizer updates write in place
+        assert moved["resident_hits"] > 0, moved
+    else:
+        # Staged: every program uploads what it reads and downloads what it writes.
+        assert moved["upload_bytes"] > 3 * params and moved["download_bytes"] > 3 * params, moved
+        assert moved["resident_hits"] == 0 and moved["resident_entries"] == 0, moved
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_host_reads_and_writes_through_views_of_resident_tensors(mode: str) -> None:
+    a = torch.arange(48, dtype=torch.float32).reshape(6, 8)
+    with torch_tpu.mode(mode):
+        t = a.to("tpu") * 2 + 1  # resident output
+        t[:, 1::3].mul_(-1)  # a strided program output: the rest of t must survive
+        t[4].copy_(torch.full((8,), 7.0))  # a host write into part of t
+        col = t[:, 2].cpu()  # host read of a strided view
+        s = t.sum().item()  # .item() of a program output
+        u = t.t() @ torch.ones(6, 3).to("tpu")  # a resident tensor read through a permuted view
+        got = (t.cpu(), col, u.cpu())
+    ref = a * 2 + 1
+    ref[:, 1::3].mul_(-1)
+    ref[4] = 7.0
+    torch.testing.assert_close(got[0], ref)
+    torch.testing.assert_close(got[1], ref[:, 2])
+    assert s == pytest.approx(ref.sum().item())
+    torch.testing.assert_close(got[2], ref.t() @ torch.ones(6, 3))
+
+
+def test_permuted_views_of_resident_tensors_are_read_on_the_device() -> None:
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(16, 24, generator=g), torch.randn(16, 5, generator=g)
+    x, y = (a.to("tpu") + 0), (b.to("tpu") + 0)  # program outputs
+    torch.tpu.synchronize()
+    before = figures()
+    z = x.t() @ y  # x.t() is a dense permuted view of x's resident buffer
+    w = x.unsqueeze(0).permute(2, 0, 1) * 3
+    torch.tpu.synchronize()
+    moved = delta(before)
+    torch.testing.assert_close(z.cpu(), a.t() @ b, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(w.cpu(), a.unsqueeze(0).permute(2, 0, 1) * 3)
+    if RESIDENT:
+        assert moved["resident_syncs"] == 0 and moved["resident_hits"] >= 3, moved
+
+
+def test_freed_memory_never_serves_stale_device_copies() -> None:
+    # Freed blocks return to the caching allocator and back to new tensors at the same address:
+    # a device copy of the old tensor must not stand for the new one.
+    for i in range(6):
+        t = torch.full((256,), float(i)).to("tpu") * 2  # resident output
+        addr = t.data_ptr()
+        del t
+        fresh = torch.full((256,), -float(i)).to("tpu")  # host write, likely at the same address
+        assert torch.equal((fresh + 0).cpu(), torch.full((256,), -float(i))), (i, addr, fresh.data_ptr())
+
+
+def test_storage_copies_resize_and_serialization_see_device_values() -> None:
+    t = torch.arange(10, dtype=torch.float32).to("tpu") * 3  # resident output
+    clone = t.untyped_storage().clone()  # a device-to-device storage copy (allocator copy_data)
+    buf = io.BytesIO()
+    torch.save({"t": t}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, map_location="cpu")["t"]
+    expected = torch.arange(10, dtype=torch.float32) * 3
+    torch.testing.assert_close(loaded, expected)
+    torch.testing.assert_close(torch.empty(0, device="tpu").set_(clone).cpu(), expected)
+    t.resize_(20)  # keeps the first 10 values (a host copy of the old bytes)
+    torch.testing.assert_close(t[:10].cpu(), expected)
