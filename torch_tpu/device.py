@@ -221,7 +221,21 @@ class StreamContext:
 # -- memory -----------------------------------------------------------------------------------
 
 def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
-    return dict(sorted(_C._memory_stats(_index(device)).items()))
+    """The caching allocator's figures (keys as torch.cuda.memory_stats). On the PJRT runtime also
+    `pjrt.resident_bytes` / `pjrt.resident_entries` (tensor bytes held in device buffers, all
+    devices) and the plugin's own `pjrt.<figure>` statistics of this device where it reports them."""
+    i = _index(device)
+    stats = dict(_C._memory_stats(i))
+    info = _C._pjrt_info()
+    if info is not None:
+        stats["pjrt.resident_bytes"] = info["resident"]["bytes"]
+        stats["pjrt.resident_entries"] = info["resident"]["entries"]
+        try:
+            plugin = _C._pjrt_memory_stats(i)
+        except NotImplementedError:  # e.g. XLA's CPU plugin keeps no allocator statistics
+            plugin = {}
+        stats.update({f"pjrt.{k}": v for k, v in plugin.items() if v >= 0})
+    return dict(sorted(stats.items()))
 
 
 def memory_allocated(device: _DeviceLike = None) -> int:

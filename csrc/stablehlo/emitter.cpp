@@ -479,6 +479,25 @@ Val emit_node(Body& b, const ir::Node& n, const std::vector<Val>& in) {
   unsupported(n, "no translation");
 }
 
+// The strided view (0-d i64 `offset`, `strides` in elements) of a flat array as a value of
+// `shape`: element [i...] is flat[offset + sum(i_d * stride_d)], one gather.
+Val gather_view(Body& b, const Val& flat, const Val& offset, const Shape& strides, const Shape& shape) {
+  Shape index_shape = shape;
+  index_shape.push_back(1);
+  Val index = b.broadcast(offset, shape);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1 || strides[d] == 0) continue;
+    Val step = b.binary("stablehlo.multiply", b.iota("i64", shape, static_cast<int64_t>(d)),
+                        b.isplat(strides[d], "i64", shape));
+    index = b.binary("stablehlo.add", index, step);
+  }
+  const std::string attrs =
+      "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
+      "index_vector_dim = " +
+      std::to_string(shape.size()) + ">, slice_sizes = array<i64: 1>, indices_are_sorted = false";
+  return b.op("stablehlo.gather", {flat, b.reshape(index, index_shape)}, {flat.type.elem, shape}, attrs);
+}
+
 }  // namespace
 
 Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, const EmitOptions& options) {
@@ -522,11 +541,17 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
     return std::vector<int64_t>{n};
   };
   std::map<int64_t, const std::vector<int64_t>*> layout_of;
+  std::map<int64_t, const EmitOptions::StridedView*> view_of;
   for (const auto& [binding, node] : bindings) {
     const size_t k = arg_types.size();
     layout_of[binding] = k < options.argument_layouts.size() ? &options.argument_layouts[k] : nullptr;
+    const EmitOptions::StridedView* view = k < options.argument_views.size() ? &options.argument_views[k] : nullptr;
+    if (view != nullptr && view->strides.empty()) view = nullptr;
+    TPU_CHECK_VALUE(view == nullptr || (options.flat_tensors && view->strides.size() == node->shape.size()),
+                    "StableHLO emitter: strided view of argument ", k, " needs flat_tensors and one stride per dim");
+    view_of[binding] = view;
     arg_of[binding] = "%arg" + std::to_string(arg_types.size());
-    arg_types.push_back({elem_of(node->dtype), flat(node->shape)});
+    arg_types.push_back({elem_of(node->dtype), view ? Shape{view->elements} : flat(node->shape)});
     module.arguments.push_back({binding, node->dtype, node->shape});
   }
   if (rng) {
@@ -535,6 +560,14 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
       arg_types.push_back({"i64", {}});
       module.arguments.push_back({binding, ir::DType::kI64, {}});
     }
+  }
+  std::map<int64_t, std::string> view_offset_of;  // binding -> its view's offset argument
+  for (size_t k = 0; k < bindings.size(); ++k) {
+    const int64_t binding = module.arguments[k].binding;
+    if (view_of.at(binding) == nullptr) continue;
+    view_offset_of[binding] = "%arg" + std::to_string(arg_types.size());
+    arg_types.push_back({"i64", {}});
+    module.arguments.push_back({kViewOffsetBinding - static_cast<int64_t>(k), ir::DType::kI64, {}});
   }
 
   std::string body;
@@ -549,6 +582,11 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
       const int64_t binding = n.iattrs.at(0);
       const bool flattened = binding >= 0 && flat(n.shape) != n.shape;
       Val arg{arg_of.at(binding), flattened ? TType{type.elem, flat(n.shape)} : type};
+      if (const EmitOptions::StridedView* view = binding >= 0 ? view_of.at(binding) : nullptr) {
+        vals[static_cast<size_t>(i)] = gather_view(b, {arg_of.at(binding), {type.elem, {view->elements}}},
+                                                   {view_offset_of.at(binding), {"i64", {}}}, view->strides, n.shape);
+        continue;
+      }
       const std::vector<int64_t>* order = binding >= 0 ? layout_of.at(binding) : nullptr;
       if (order != nullptr && !order->empty()) {
         TPU_CHECK_VALUE(options.flat_tensors && order->size() == n.shape.size(), "StableHLO emitter: layout of ",
@@ -589,6 +627,14 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
   std::string refs, types;
   for (size_t i = 0; i < outputs.size(); ++i) {
     Val v = vals[static_cast<size_t>(outputs[i])];
+    const std::vector<int64_t>* order = i < options.result_layouts.size() ? &options.result_layouts[i] : nullptr;
+    if (order != nullptr && !order->empty()) {
+      TPU_CHECK_VALUE(options.flat_tensors && order->size() == v.type.shape.size(), "StableHLO emitter: layout of ",
+                      "result ", i, " needs flat_tensors and one entry per dim");
+      std::vector<int64_t> physical;
+      for (int64_t d : *order) physical.push_back(v.type.shape.at(static_cast<size_t>(d)));
+      v = b.op("stablehlo.transpose", {v}, {v.type.elem, physical}, "permutation = " + i64_array(*order));
+    }
     if (flat(v.type.shape) != v.type.shape) v = b.reshape(v, flat(v.type.shape));
     refs += (i ? ", " : "") + v.ref;
     types += (i ? ", " : "") + v.type.str();

@@ -51,10 +51,30 @@ struct EmitOptions {
   // dims in memory, outermost first, or empty for row-major. The flat argument is reshaped to
   // that order and transposed back, so a dense permuted view (x.t()) is read where it lies.
   std::vector<std::vector<int64_t>> argument_layouts;
+  // Per argument (needs flat_tensors; shorter or empty `strides` means none): the argument is a
+  // flat array of `elements` from which the parameter's value is gathered as the view with
+  // `strides` (in elements) starting at an element offset that is passed at run time: one more
+  // 0-d i64 argument per view, after all the others (RNG included), in argument order. A slice
+  // of a resident buffer is read where it lies, and one executable serves every offset (rows of
+  // a tensor in a loop). Takes precedence over argument_layouts.
+  struct StridedView {
+    int64_t elements = 0;
+    std::vector<int64_t> strides;
+    auto operator<=>(const StridedView&) const = default;
+  };
+  std::vector<StridedView> argument_views;
+  // Per result (needs flat_tensors; shorter means row-major): the order of its dims in the
+  // memory it is written to, outermost first, or empty. The value is transposed to that order
+  // before it is flattened, so a dense permuted destination receives its bytes as they lie.
+  std::vector<std::vector<int64_t>> result_layouts;
 };
 
 // One argument of the emitted function: the binding it reads (>= 0, or ir::kRngSeedBinding /
 // ir::kRngOffsetBinding) and its type, which is the parameter node's.
+// The binding an argument_views offset argument reports in Module::arguments: this minus the
+// index of the argument it belongs to.
+constexpr int64_t kViewOffsetBinding = -1000;
+
 struct Argument {
   int64_t binding = 0;
   ir::DType dtype = ir::DType::kF32;

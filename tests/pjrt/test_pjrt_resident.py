@@ -117,6 +117,45 @@ def test_permuted_views_of_resident_tensors_are_read_on_the_device() -> None:
         assert moved["resident_syncs"] == 0 and moved["resident_hits"] >= 3, moved
 
 
+def test_slices_and_permuted_destinations_stay_on_the_device() -> None:
+    # Attention's pattern: q, k, v are slices (with gaps) of one qkv tensor, heads are split by a
+    # transpose, and a program writes into a permuted destination. All of it stays resident.
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(2, 5, 24, generator=g)
+    qkv = a.to("tpu") * 1  # a program output
+    torch.tpu.synchronize()
+    before = figures()
+    q, k, v = qkv.split(8, dim=-1)  # views with gaps into qkv's buffer
+    heads = (q.reshape(2, 5, 2, 4).transpose(1, 2) + k.reshape(2, 5, 2, 4).transpose(1, 2)) * v.sum()
+    dest = torch.empty(2, 2, 5, 4, device="tpu").transpose(1, 2)  # dense, permuted
+    torch.mul(heads.transpose(1, 2), 2, out=dest)
+    out = dest.sum(-1) + 0
+    torch.tpu.synchronize()
+    moved = delta(before)
+    aq, ak, av = a.split(8, dim=-1)
+    ref_heads = (aq.reshape(2, 5, 2, 4).transpose(1, 2) + ak.reshape(2, 5, 2, 4).transpose(1, 2)) * av.sum()
+    torch.testing.assert_close(heads.cpu(), ref_heads, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dest.cpu(), ref_heads.transpose(1, 2) * 2, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.cpu(), (ref_heads.transpose(1, 2) * 2).sum(-1), rtol=1e-5, atol=1e-5)
+    if RESIDENT:
+        assert moved["resident_syncs"] == 0 and moved["downloads"] == 0, moved
+        assert moved["upload_bytes"] < 64 * max(moved["uploads"], 1), moved  # scalars at most
+
+
+def test_rows_of_a_resident_tensor_share_one_executable() -> None:
+    # x[i] lies inside x's buffer at a different offset for each i: the offset is an argument of
+    # the gathering variant, so a loop over rows compiles once, not once per row.
+    a = torch.randn(24, 16, generator=torch.Generator().manual_seed(4))
+    x = a.to("tpu") * 1
+    torch.tpu.synchronize()
+    compiles = _C._pjrt_info()["compiles"] + _C._pjrt_info()["executable_cache"]["hits"]
+    rows = [(x[i] * 3).cpu() for i in range(24)]
+    info = _C._pjrt_info()
+    for i, r in enumerate(rows):
+        torch.testing.assert_close(r, a[i] * 3)
+    assert info["compiles"] + info["executable_cache"]["hits"] - compiles <= 2, info
+
+
 def test_freed_memory_never_serves_stale_device_copies() -> None:
     # Freed blocks return to the caching allocator and back to new tensors at the same address:
     # a device copy of the old tensor must not stand for the new one.
@@ -140,3 +179,13 @@ def test_storage_copies_resize_and_serialization_see_device_values() -> None:
     torch.testing.assert_close(torch.empty(0, device="tpu").set_(clone).cpu(), expected)
     t.resize_(20)  # keeps the first 10 values (a host copy of the old bytes)
     torch.testing.assert_close(t[:10].cpu(), expected)
+
+
+def test_memory_stats_report_resident_bytes() -> None:
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_stats()["pjrt.resident_bytes"]
+    t = torch.ones(1000).to("tpu") * 2  # a 4000-byte output kept on the device (when resident)
+    torch.tpu.synchronize()
+    grown = torch.tpu.memory_stats()["pjrt.resident_bytes"] - before
+    assert grown >= (4000 if RESIDENT else 0) and (RESIDENT or grown == 0), grown
+    assert torch.equal(t.cpu(), torch.full((1000,), 2.0))

@@ -88,6 +88,21 @@ def test_stablehlo_flat_tensors_layouts_and_aliases():
     torch.testing.assert_close(out, (a.t() + b).reshape(-1))
 
 
+def test_stablehlo_strided_view_arguments_and_permuted_results():
+    # A slice with gaps gathered from a flat buffer at an offset given at run time (one module for
+    # every offset), and a result returned in a permuted order.
+    base = torch.randn(3, 10)
+    g = GraphBuilder()
+    x = g.parameter(0, torch.float32, (3, 4))  # base[:, o:o+8:2] seen through (offset o, strides 10, 2)
+    y = g.neg(x)
+    text = _C._stablehlo_emit(g.serialize(), [y.id], flat_tensors=True, argument_views=[(30, [10, 2])],
+                              result_layouts=[[1, 0]])
+    assert "%arg0: tensor<30xf32>, %arg1: tensor<i64>" in text and '"stablehlo.gather"' in text
+    for o in (0, 1, 2):
+        (out,) = run_module(text, [base.reshape(-1), torch.tensor(o)])
+        torch.testing.assert_close(out, (-base[:, o:o + 8:2]).t().reshape(-1))
+
+
 def test_stablehlo_verifies_and_rejects():
     bad = [(B.OP_ID["exp"], (), 6, (2,), (), ())]
     with pytest.raises(RuntimeError, match="exp.G2"):

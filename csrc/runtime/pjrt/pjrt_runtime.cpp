@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -113,6 +114,8 @@ std::vector<int64_t> buffer_dims(const stablehlo::Argument& a) {
 struct Variant {
   std::vector<int32_t> aliases;               // per argument: the result it aliases, or -1
   std::vector<std::vector<int64_t>> layouts;  // per argument: dims in memory order, or empty
+  std::vector<std::vector<int64_t>> result_layouts;        // per result: dims in memory order, or empty
+  std::vector<stablehlo::EmitOptions::StridedView> views;  // per argument: gathered from a buffer
   auto operator<=>(const Variant&) const = default;
 };
 
@@ -143,11 +146,23 @@ class PjrtExecutable final : public runtime::Executable {
     TPU_CHECK(device < client.devices().size(), "PJRT runtime: tpu:", device, " does not exist (the plugin has ",
               client.devices().size(), " devices)");
     // Outputs into dense destinations of their own dtype stay on the device (resident).
+    // A dense permuted destination (x.transpose(1, 2) written by a program) stays too: the variant
+    // returns the result in the destination's memory order.
+    Variant variant;
     std::vector<uint8_t> stays(targets.size(), 0);
     for (size_t t = 0; t < targets.size(); ++t) {
       const runtime::Binding& d = targets[t].dest;
-      stays[t] = resident != nullptr && d.data != nullptr &&
-                 d.dtype == scalar_type(output_dtypes_[result_index(targets[t].node)]) && is_contiguous(d);
+      const size_t r = result_index(targets[t].node);
+      if (resident == nullptr || d.data == nullptr || d.dtype != scalar_type(output_dtypes_[r])) continue;
+      std::vector<int64_t> order;
+      if (is_contiguous(d)) {
+        stays[t] = 1;
+      } else if (dense_order(d, &order) && std::count(outputs_.begin(), outputs_.end(), outputs_[r]) == 1 &&
+                 targets_of(targets, outputs_[r]) == 1) {
+        stays[t] = 1;
+        variant.result_layouts.resize(outputs_.size());
+        variant.result_layouts[r] = std::move(order);
+      }
     }
     // 1. Start every upload, except of arguments already resident on the device. Host values
     //    (staging copies or views of the caller's memory) stay alive and unchanged until their
@@ -157,14 +172,15 @@ class PjrtExecutable final : public runtime::Executable {
     std::vector<std::shared_ptr<Buffer>> on_device(args_.size());
     std::vector<Event> uploaded(args_.size());
     AwaitOnExit uploads_done{uploaded};
-    Variant variant;
+    std::vector<std::shared_ptr<Buffer>> scalars;        // shared device copies of scalar operands
+    std::vector<int64_t> view_offsets;                   // per argument gathered from a buffer: its offset
     std::vector<std::pair<size_t, size_t>> kept_inputs;  // (argument, buffers slot) uploaded in place
     std::vector<c::PJRT_Buffer*> raw;
     staging.reserve(args_.size());
     buffers.reserve(args_.size());
     for (size_t k = 0; k < args_.size(); ++k) {
       const stablehlo::Argument& a = args_[k];
-      if ((on_device[k] = resident_argument(a, inputs, device, &variant.layouts, k))) {
+      if ((on_device[k] = resident_argument(a, inputs, device, &variant, &view_offsets, k))) {
         raw.push_back(on_device[k]->get());
         continue;
       }
@@ -173,6 +189,11 @@ class PjrtExecutable final : public runtime::Executable {
         continue;
       }
       at::Tensor host = host_value(a, inputs, rng);
+      if (is_scalar_operand(a, inputs)) {  // learning rates, eps, alpha: one upload per value
+        scalars.push_back(runtime_->scalar_buffer(buffer_type(a.dtype), host, device));
+        raw.push_back(scalars.back()->get());
+        continue;
+      }
       const void* data = host.numel() > 0 ? host.data_ptr() : &kEmpty;
       buffers.push_back(client.upload(data, buffer_type(a.dtype), buffer_dims(a), {}, device, &uploaded[k]));
       raw.push_back(buffers.back().get());
@@ -182,6 +203,13 @@ class PjrtExecutable final : public runtime::Executable {
       transfers.uploads.fetch_add(1, std::memory_order_relaxed);
       transfers.upload_bytes.fetch_add(host.numel() * host.element_size(), std::memory_order_relaxed);
       staging.push_back(std::move(host));
+    }
+    // The offsets of the gathered views come last, in argument order (EmitOptions::argument_views).
+    for (size_t k = 0; k < variant.views.size(); ++k) {
+      if (variant.views[k].strides.empty()) continue;
+      at::Tensor offset = at::scalar_tensor(view_offsets[k], at::TensorOptions().dtype(at::kLong));
+      scalars.push_back(runtime_->scalar_buffer(c::PJRT_Buffer_Type_S64, offset, device));
+      raw.push_back(scalars.back()->get());
     }
     // 2. In-place writes donate the resident buffer they overwrite (an executable variant whose
     //    argument aliases that result), then launch on the same device (the executable is
@@ -212,7 +240,7 @@ class PjrtExecutable final : public runtime::Executable {
     done.await("LoadedExecutable_Execute (execution)");
     for (Event& e : downloaded) e.await("Buffer_ToHostBuffer (transfer)");
     // 4. Record the uploaded tensors as current device copies, then the resident outputs (which
-    //    replace any of those they overwrite) (one buffer may back several destinations) and write each
+    //    replace those they overwrite; one buffer may back several destinations), and write each
     //    downloaded output into its destination view (strided, possibly another dtype).
     for (auto [k, slot] : kept_inputs) {
       const runtime::Binding& in = inputs[static_cast<size_t>(args_[k].binding)];
@@ -243,10 +271,12 @@ class PjrtExecutable final : public runtime::Executable {
   }
 
   // The resident buffer holding argument `a`'s bytes as the program can take them, or null: a
-  // dense view of the argument's dtype and shape, row-major or permuted (then layouts[k] is set
-  // to its order in memory; the variant transposes it back).
+  // view of the argument's dtype and shape that is dense (row-major, or permuted: then
+  // variant->layouts[k] is its order in memory and the variant transposes it back) or lies
+  // inside one resident buffer (variant->views[k]: the variant gathers it from there).
   std::shared_ptr<Buffer> resident_argument(const stablehlo::Argument& a, const std::vector<runtime::Binding>& inputs,
-                                            size_t device, std::vector<std::vector<int64_t>>* layouts, size_t k) const {
+                                            size_t device, Variant* variant, std::vector<int64_t>* view_offsets,
+                                            size_t k) const {
     ResidentBuffers* resident = runtime_->resident();
     if (resident == nullptr || a.binding < 0 || static_cast<size_t>(a.binding) >= inputs.size()) return nullptr;
     const runtime::Binding& in = inputs[static_cast<size_t>(a.binding)];
@@ -256,13 +286,41 @@ class PjrtExecutable final : public runtime::Executable {
     const size_t nbytes = static_cast<size_t>(numel(a.shape)) * c10::elementSize(in.dtype);
     if (is_contiguous(in)) return resident->find(in.data, nbytes, {buffer_type(a.dtype), device});
     std::vector<int64_t> order;
-    if (!dense_order(in, &order)) return nullptr;
-    std::shared_ptr<Buffer> buffer = resident->find(in.data, nbytes, {buffer_type(a.dtype), device});
-    if (buffer != nullptr) {
-      layouts->resize(args_.size());
-      (*layouts)[k] = std::move(order);
+    if (dense_order(in, &order)) {
+      std::shared_ptr<Buffer> buffer = resident->find(in.data, nbytes, {buffer_type(a.dtype), device});
+      if (buffer != nullptr) {
+        variant->layouts.resize(args_.size());
+        variant->layouts[k] = std::move(order);
+        return buffer;
+      }
     }
+    // Any other view (a slice with gaps, a broadcast) inside one resident buffer: gathered there.
+    uintptr_t entry_begin = 0;
+    size_t entry_bytes = 0;
+    const size_t item = c10::elementSize(in.dtype);
+    std::shared_ptr<Buffer> buffer =
+        resident->find_containing(in.data, span_bytes(in), {buffer_type(a.dtype), device}, &entry_begin, &entry_bytes);
+    const auto offset = reinterpret_cast<uintptr_t>(in.data) - entry_begin;
+    if (buffer == nullptr || offset % item != 0 || entry_bytes % item != 0) return nullptr;
+    variant->views.resize(args_.size());
+    variant->views[k] = {static_cast<int64_t>(entry_bytes / item), {in.strides.begin(), in.strides.end()}};
+    view_offsets->resize(args_.size());
+    (*view_offsets)[k] = static_cast<int64_t>(offset / item);
     return buffer;
+  }
+
+  // A host scalar bound to a parameter (not tensor memory, not the RNG offset, which changes
+  // with every draw).
+  static bool is_scalar_operand(const stablehlo::Argument& a, const std::vector<runtime::Binding>& inputs) {
+    if (a.binding == ir::kRngSeedBinding) return true;
+    return a.binding >= 0 && static_cast<size_t>(a.binding) < inputs.size() &&
+           inputs[static_cast<size_t>(a.binding)].kind == runtime::Binding::Kind::Scalar && numel(a.shape) == 1;
+  }
+
+  // How many targets write node `node`.
+  static size_t targets_of(const std::vector<runtime::OutputTarget>& targets, int32_t node) {
+    return static_cast<size_t>(
+        std::count_if(targets.begin(), targets.end(), [&](const runtime::OutputTarget& t) { return t.node == node; }));
   }
 
   // The buffer an earlier argument of this run uploaded from the same bytes, as the same dtype
@@ -318,10 +376,17 @@ class PjrtExecutable final : public runtime::Executable {
   // The executable for a variant (the plain one when it has no aliases and no layouts), compiled
   // on first use. Thread-safe.
   const LoadedExecutable& executable_for(const Variant& variant) const {
-    if (variant.aliases.empty() && variant.layouts.empty()) return *exe_;
+    if (variant == Variant{}) return *exe_;
     std::lock_guard<std::mutex> g(variants_mu_);
     std::unique_ptr<LoadedExecutable>& v = variants_[variant];
-    if (v == nullptr) v = runtime_->build(graph_, outputs_, variant.aliases, variant.layouts);
+    if (v == nullptr) {
+      stablehlo::EmitOptions emit;
+      emit.argument_aliases = variant.aliases;
+      emit.argument_layouts = variant.layouts;
+      emit.argument_views = variant.views;
+      emit.result_layouts = variant.result_layouts;
+      v = runtime_->build(graph_, outputs_, std::move(emit));
+    }
     return *v;
   }
 
@@ -369,14 +434,10 @@ class PjrtExecutable final : public runtime::Executable {
 }  // namespace
 
 std::unique_ptr<LoadedExecutable> PjrtRuntime::build(const ir::Graph& graph, const std::vector<int32_t>& outputs,
-                                                     const std::vector<int32_t>& aliases,
-                                                     const std::vector<std::vector<int64_t>>& layouts,
+                                                     stablehlo::EmitOptions emit,
                                                      std::vector<stablehlo::Argument>* arguments) {
-  stablehlo::EmitOptions emit;
-  emit.argument_layouts = layouts;
   emit.flat_tensors = true;
   emit.live_arguments_only = true;  // an out= destination is not uploaded
-  emit.argument_aliases = aliases;
   stablehlo::Module module = stablehlo::emit_module(graph, outputs, emit);
   if (arguments != nullptr) *arguments = std::move(module.arguments);
   static const std::string options = compile_options_proto();
@@ -393,8 +454,25 @@ std::unique_ptr<LoadedExecutable> PjrtRuntime::build(const ir::Graph& graph, con
 
 std::unique_ptr<runtime::Executable> PjrtRuntime::compile(const ir::Graph& graph, const std::vector<int32_t>& outputs) {
   std::vector<stablehlo::Argument> args;
-  std::unique_ptr<LoadedExecutable> exe = build(graph, outputs, {}, {}, &args);
+  std::unique_ptr<LoadedExecutable> exe = build(graph, outputs, {}, &args);
   return std::make_unique<PjrtExecutable>(this, graph, outputs, std::move(args), std::move(exe));
+}
+
+std::shared_ptr<Buffer> PjrtRuntime::scalar_buffer(c::PJRT_Buffer_Type type, const at::Tensor& value, size_t device) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, value.data_ptr(), std::min<size_t>(sizeof(bits), value.element_size()));
+  const ScalarKey key{type, bits, device};
+  std::lock_guard<std::mutex> g(scalars_mu_);
+  auto it = scalars_.find(key);
+  if (it != scalars_.end()) return it->second;
+  if (scalars_.size() >= kMaxScalars) scalars_.clear();  // values that change every call: start over
+  Event uploaded;
+  auto buffer = std::make_shared<Buffer>(client_->upload(value.data_ptr(), type, {1}, {}, device, &uploaded));
+  uploaded.await("Client_BufferFromHostBuffer (scalar operand)");
+  transfers_.uploads.fetch_add(1, std::memory_order_relaxed);
+  transfers_.upload_bytes.fetch_add(value.element_size(), std::memory_order_relaxed);
+  scalars_.emplace(key, buffer);
+  return buffer;
 }
 
 void PjrtRuntime::count_execution(size_t device) { (*executions_)[device].fetch_add(1, std::memory_order_relaxed); }

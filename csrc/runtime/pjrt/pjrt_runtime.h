@@ -24,8 +24,12 @@
 // Both may be used from several worker threads at once (PJRT clients are thread-safe).
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <atomic>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -71,14 +75,16 @@ class PjrtRuntime final : public runtime::Runtime {
   // then stage through host memory) or back on, for benchmarks that compare both in one process.
   // The caller waits for the devices' queued work first. No-op when TORCH_TPU_PJRT_RESIDENT=0.
   void set_resident(bool on);
-  // Emits `graph` (flat tensors; argument k aliasing result aliases[k] where >= 0 and read in
-  // memory order layouts[k] where not empty) and compiles it, or loads it from the executable
-  // cache. `arguments` receives @main's argument list.
+  // Emits `graph` with `emit` (plus flat tensors and live arguments only: a variant's aliases,
+  // layouts and views come in `emit`) and compiles it, or loads it from the executable cache.
+  // `arguments` receives @main's argument list.
   std::unique_ptr<LoadedExecutable> build(const ir::Graph& graph, const std::vector<int32_t>& outputs,
-                                          const std::vector<int32_t>& aliases,
-                                          const std::vector<std::vector<int64_t>>& layouts,
+                                          stablehlo::EmitOptions emit,
                                           std::vector<stablehlo::Argument>* arguments = nullptr);
   void count_execution(size_t device);
+  // A device copy of a one-element host value (a scalar operand), shared by every program that
+  // binds the same value: an upload per distinct value instead of per run. Thread-safe.
+  std::shared_ptr<Buffer> scalar_buffer(c::PJRT_Buffer_Type type, const at::Tensor& value, size_t device);
   // The resident-buffer table's figures (all 0 when TORCH_TPU_PJRT_RESIDENT=0).
   ResidencyStats residency_stats() const;
 
@@ -89,6 +95,15 @@ class PjrtRuntime final : public runtime::Runtime {
   std::unique_ptr<ResidentBuffers> resident_;  // null when TORCH_TPU_PJRT_RESIDENT=0
   std::atomic<bool> resident_on_{false};
   TransferStats transfers_;
+  struct ScalarKey {
+    c::PJRT_Buffer_Type type;
+    uint64_t bits;  // the value's bytes, zero-extended
+    size_t device;
+    auto operator<=>(const ScalarKey&) const = default;
+  };
+  static constexpr size_t kMaxScalars = 4096;
+  std::mutex scalars_mu_;
+  std::map<ScalarKey, std::shared_ptr<Buffer>> scalars_;
   std::unique_ptr<std::vector<std::atomic<int64_t>>> executions_ =
       std::make_unique<std::vector<std::atomic<int64_t>>>(client_->devices().size());
 };

@@ -43,6 +43,19 @@ std::shared_ptr<Buffer> ResidentBuffers::find(const void* data, size_t nbytes, c
   return it->second.buffer;
 }
 
+std::shared_ptr<Buffer> ResidentBuffers::find_containing(const void* data, size_t nbytes, const Array& array,
+                                                         uintptr_t* entry_begin, size_t* entry_bytes) {
+  const uintptr_t begin = address(data);
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = first_overlap(begin);
+  if (it == table_.end() || it->first > begin || it->second.end < begin + nbytes || !(it->second.array == array))
+    return nullptr;
+  stats_.hits++;
+  *entry_begin = it->first;
+  *entry_bytes = it->second.end - it->first;
+  return it->second.buffer;
+}
+
 bool ResidentBuffers::take_for_donation(const void* data, size_t nbytes, const std::shared_ptr<Buffer>& buffer) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = table_.find(address(data));

@@ -52,6 +52,10 @@ class ResidentBuffers final : public runtime::Residency {
 
   // The buffer holding exactly [data, data + nbytes) as `array`, or null.
   std::shared_ptr<Buffer> find(const void* data, size_t nbytes, const Array& array);
+  // The entry holding all of [data, data + nbytes) as `array`: its buffer, and its first byte
+  // and size in *entry_begin / *entry_bytes; null if none.
+  std::shared_ptr<Buffer> find_containing(const void* data, size_t nbytes, const Array& array, uintptr_t* entry_begin,
+                                          size_t* entry_bytes);
   // Removes the entry of [data, data + nbytes) if it holds `buffer` and nobody but the table and
   // the caller shares it, so that the caller may donate the buffer to a program that writes
   // every byte of the range. False (nothing changes) otherwise.
