@@ -112,10 +112,17 @@ def main() -> None:
         result["losses_cuda"] = cuda["losses"]
     # Each mode is measured on its own: one failing (say, a compile error in compiled mode) still
     # leaves the others' figures.
+    def moved_bytes() -> int:  # host<->device bytes so far (program transfers + resident syncs)
+        i = _C._pjrt_info()
+        return i["transfers"]["upload_bytes"] + i["transfers"]["download_bytes"] + i["resident"]["sync_bytes"]
+
     for mode in ("fused", "compiled", "strict"):
         try:
+            moved = moved_bytes()
             with torch_tpu.mode("fused" if mode == "compiled" else mode):
                 r = run("tpu", args.steps, args.warmup, CONFIG, BATCH, compiled=mode == "compiled")
+            r["moved_mib_per_step"] = (moved_bytes() - moved) / 2**20 / (args.steps + args.warmup)
+            result[f"moved_mib_per_step_{mode}"] = r["moved_mib_per_step"]
         except Exception as e:  # noqa: BLE001 - reported, then the next mode runs
             print(f"tpu {mode}: FAILED {type(e).__name__}: {str(e)[:2000]}", flush=True)
             result[f"error_{mode}"] = f"{type(e).__name__}: {e}"
@@ -123,7 +130,8 @@ def main() -> None:
         rows.append((f"tpu {mode} (PJRT)", r["steps_per_s"]))
         result[f"losses_{mode}"] = r["losses"]
         result[f"first_step_s_{mode}"] = r["first_step_s"]
-        print(f"tpu {mode}: {r['steps_per_s']:.2f} steps/s, first step {r['first_step_s']:.1f} s", flush=True)
+        print(f"tpu {mode}: {r['steps_per_s']:.2f} steps/s, first step {r['first_step_s']:.1f} s, "
+              f"{r['moved_mib_per_step']:.3f} MiB host<->device per step (warm-up included)", flush=True)
     result["steps_per_s"] = dict(rows)
     result["pjrt_after"] = _C._pjrt_info()
     try:
