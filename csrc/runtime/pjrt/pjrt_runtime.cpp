@@ -121,9 +121,15 @@ struct Variant {
 
 class PjrtExecutable final : public runtime::Executable {
  public:
+  // `plain_text`: the module without variant options, compiled when a run first needs it (an
+  // in-place program may only ever run as its donating variant).
   PjrtExecutable(PjrtRuntime* runtime, const ir::Graph& graph, std::vector<int32_t> outputs,
-                 std::vector<stablehlo::Argument> args, std::unique_ptr<LoadedExecutable> exe)
-      : runtime_(runtime), graph_(graph), outputs_(std::move(outputs)), args_(std::move(args)), exe_(std::move(exe)) {
+                 std::vector<stablehlo::Argument> args, std::string plain_text)
+      : runtime_(runtime),
+        graph_(graph),
+        outputs_(std::move(outputs)),
+        args_(std::move(args)),
+        plain_text_(std::move(plain_text)) {
     for (int32_t o : outputs_) {
       output_dtypes_.push_back(graph_.node(o).dtype);
       output_shapes_.push_back(graph_.node(o).shape);
@@ -376,7 +382,13 @@ class PjrtExecutable final : public runtime::Executable {
   // The executable for a variant (the plain one when it has no aliases and no layouts), compiled
   // on first use. Thread-safe.
   const LoadedExecutable& executable_for(const Variant& variant) const {
-    if (variant == Variant{}) return *exe_;
+    if (variant == Variant{}) {
+      std::call_once(plain_once_, [&] {
+        exe_ = runtime_->compile_text(plain_text_, outputs_.size());
+        plain_text_ = std::string();  // (compiled: the text is not needed again)
+      });
+      return *exe_;
+    }
     std::lock_guard<std::mutex> g(variants_mu_);
     std::unique_ptr<LoadedExecutable>& v = variants_[variant];
     if (v == nullptr) {
@@ -424,7 +436,9 @@ class PjrtExecutable final : public runtime::Executable {
   ir::Graph graph_;       // kept to compile donation variants
   std::vector<int32_t> outputs_;
   std::vector<stablehlo::Argument> args_;  // @main's arguments, in order
-  std::unique_ptr<LoadedExecutable> exe_;
+  mutable std::string plain_text_;
+  mutable std::once_flag plain_once_;
+  mutable std::unique_ptr<LoadedExecutable> exe_;  // the plain executable, once compiled
   std::vector<ir::DType> output_dtypes_;
   std::vector<std::vector<int64_t>> output_shapes_;
   mutable std::mutex variants_mu_;
@@ -433,29 +447,35 @@ class PjrtExecutable final : public runtime::Executable {
 
 }  // namespace
 
-std::unique_ptr<LoadedExecutable> PjrtRuntime::build(const ir::Graph& graph, const std::vector<int32_t>& outputs,
-                                                     stablehlo::EmitOptions emit,
-                                                     std::vector<stablehlo::Argument>* arguments) {
-  emit.flat_tensors = true;
-  emit.live_arguments_only = true;  // an out= destination is not uploaded
-  stablehlo::Module module = stablehlo::emit_module(graph, outputs, emit);
-  if (arguments != nullptr) *arguments = std::move(module.arguments);
+stablehlo::Module PjrtRuntime::emit(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                                    stablehlo::EmitOptions options) {
+  options.flat_tensors = true;
+  options.live_arguments_only = true;  // an out= destination is not uploaded
+  return stablehlo::emit_module(graph, outputs, options);
+}
+
+std::unique_ptr<LoadedExecutable> PjrtRuntime::compile_text(const std::string& mlir, size_t num_outputs) {
   static const std::string options = compile_options_proto();
-  std::unique_ptr<LoadedExecutable> exe = executable_cache_ ? executable_cache_->load(*client_, module.text) : nullptr;
+  std::unique_ptr<LoadedExecutable> exe = executable_cache_ ? executable_cache_->load(*client_, mlir) : nullptr;
   if (exe == nullptr) {
-    exe = client_->compile(module.text, options);
+    exe = client_->compile(mlir, options);
     compiles_.fetch_add(1, std::memory_order_relaxed);
-    if (executable_cache_) executable_cache_->store(*client_, module.text, *exe);
+    if (executable_cache_) executable_cache_->store(*client_, mlir, *exe);
   }
-  TPU_CHECK(exe->num_outputs() == outputs.size(), "PJRT compiled a program with ", exe->num_outputs(),
-            " outputs, expected ", outputs.size());
+  TPU_CHECK(exe->num_outputs() == num_outputs, "PJRT compiled a program with ", exe->num_outputs(),
+            " outputs, expected ", num_outputs);
   return exe;
 }
 
+std::unique_ptr<LoadedExecutable> PjrtRuntime::build(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                                                     stablehlo::EmitOptions options) {
+  return compile_text(emit(graph, outputs, std::move(options)).text, outputs.size());
+}
+
 std::unique_ptr<runtime::Executable> PjrtRuntime::compile(const ir::Graph& graph, const std::vector<int32_t>& outputs) {
-  std::vector<stablehlo::Argument> args;
-  std::unique_ptr<LoadedExecutable> exe = build(graph, outputs, {}, &args);
-  return std::make_unique<PjrtExecutable>(this, graph, outputs, std::move(args), std::move(exe));
+  // Emission checks every op and dtype here, at compile time; the plugin compiles on first run.
+  stablehlo::Module module = emit(graph, outputs, {});
+  return std::make_unique<PjrtExecutable>(this, graph, outputs, std::move(module.arguments), std::move(module.text));
 }
 
 std::shared_ptr<Buffer> PjrtRuntime::scalar_buffer(c::PJRT_Buffer_Type type, const at::Tensor& value, size_t device) {

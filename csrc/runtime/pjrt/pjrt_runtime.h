@@ -55,8 +55,8 @@ class PjrtRuntime final : public runtime::Runtime {
  public:
   explicit PjrtRuntime(std::shared_ptr<Client> client);
   const char* name() const override { return "pjrt"; }
-  // Emits StableHLO and compiles it with the plugin. Throws NotImplementedError for an op/dtype
-  // without a StableHLO translation, and the plugin's compile error otherwise.
+  // Emits StableHLO (throws NotImplementedError for an op/dtype without a translation). The
+  // plugin compiles each variant when a run first needs it, so its compile errors arrive then.
   std::unique_ptr<runtime::Executable> compile(const ir::Graph& graph, const std::vector<int32_t>& outputs) override;
   const Client& client() const { return *client_; }
   int device_count() const override { return static_cast<int>(client_->devices().size()); }
@@ -75,12 +75,16 @@ class PjrtRuntime final : public runtime::Runtime {
   // then stage through host memory) or back on, for benchmarks that compare both in one process.
   // The caller waits for the devices' queued work first. No-op when TORCH_TPU_PJRT_RESIDENT=0.
   void set_resident(bool on);
-  // Emits `graph` with `emit` (plus flat tensors and live arguments only: a variant's aliases,
-  // layouts and views come in `emit`) and compiles it, or loads it from the executable cache.
-  // `arguments` receives @main's argument list.
+  // The module of `graph` with `options` plus flat tensors and live arguments only (a variant's
+  // aliases, layouts and views come in `options`). Throws NotImplementedError for an op/dtype
+  // without a StableHLO translation.
+  static stablehlo::Module emit(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                                stablehlo::EmitOptions options);
+  // Compiles MLIR text with the plugin, or loads it from the executable cache.
+  std::unique_ptr<LoadedExecutable> compile_text(const std::string& mlir, size_t num_outputs);
+  // emit() then compile_text().
   std::unique_ptr<LoadedExecutable> build(const ir::Graph& graph, const std::vector<int32_t>& outputs,
-                                          stablehlo::EmitOptions emit,
-                                          std::vector<stablehlo::Argument>* arguments = nullptr);
+                                          stablehlo::EmitOptions options);
   void count_execution(size_t device);
   // A device copy of a one-element host value (a scalar operand), shared by every program that
   // binds the same value: an upload per distinct value instead of per run. Thread-safe.
