@@ -24,7 +24,8 @@ void init_stablehlo_bindings(py::module_& m) {
       [](const py::list& nodes, const std::vector<int32_t>& outputs, const std::string& module_name, bool flat_tensors,
          const std::vector<int32_t>& argument_aliases, const std::vector<std::vector<int64_t>>& argument_layouts,
          const std::vector<std::tuple<int64_t, std::vector<int64_t>>>& argument_views,
-         const std::vector<std::vector<int64_t>>& result_layouts) {
+         const std::vector<std::vector<int64_t>>& result_layouts,
+         const std::vector<std::tuple<int64_t, std::vector<int64_t>, bool>>& result_views) {
         ir::Graph g = graph_from_python(nodes);
         stablehlo::EmitOptions options;
         options.module_name = module_name;
@@ -33,6 +34,8 @@ void init_stablehlo_bindings(py::module_& m) {
         options.argument_layouts = argument_layouts;
         for (const auto& [elements, strides] : argument_views) options.argument_views.push_back({elements, strides});
         options.result_layouts = result_layouts;
+        for (const auto& [elements, strides, alias] : result_views)
+          options.result_views.push_back({elements, strides, alias});
         try {
           return stablehlo::emit_stablehlo(g, outputs, options);
         } catch (const ir::VerifyError& e) {
@@ -44,6 +47,7 @@ void init_stablehlo_bindings(py::module_& m) {
       py::arg("argument_layouts") = std::vector<std::vector<int64_t>>{},
       py::arg("argument_views") = std::vector<std::tuple<int64_t, std::vector<int64_t>>>{},
       py::arg("result_layouts") = std::vector<std::vector<int64_t>>{},
+      py::arg("result_views") = std::vector<std::tuple<int64_t, std::vector<int64_t>, bool>>{},
       "MLIR text (StableHLO) of the wire-format graph `nodes` computing `outputs`; see csrc/stablehlo/emitter.h.");
   m.def(
       "_set_jax_engine", [](const py::object& engine) { runtime::jax::set_engine(engine); }, py::arg("engine"),

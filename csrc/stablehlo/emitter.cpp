@@ -479,9 +479,9 @@ Val emit_node(Body& b, const ir::Node& n, const std::vector<Val>& in) {
   unsupported(n, "no translation");
 }
 
-// The strided view (0-d i64 `offset`, `strides` in elements) of a flat array as a value of
-// `shape`: element [i...] is flat[offset + sum(i_d * stride_d)], one gather.
-Val gather_view(Body& b, const Val& flat, const Val& offset, const Shape& strides, const Shape& shape) {
+// The flat-array positions of a strided view (0-d i64 `offset`, `strides` in elements) of
+// `shape`: offset + sum(i_d * stride_d), as a [shape..., 1] index tensor.
+Val view_positions(Body& b, const Val& offset, const Shape& strides, const Shape& shape) {
   Shape index_shape = shape;
   index_shape.push_back(1);
   Val index = b.broadcast(offset, shape);
@@ -491,11 +491,28 @@ Val gather_view(Body& b, const Val& flat, const Val& offset, const Shape& stride
                         b.isplat(strides[d], "i64", shape));
     index = b.binary("stablehlo.add", index, step);
   }
+  return b.reshape(index, index_shape);
+}
+
+// The strided view of a flat array as a value of `shape`: one gather.
+Val gather_view(Body& b, const Val& flat, const Val& offset, const Shape& strides, const Shape& shape) {
   const std::string attrs =
       "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
       "index_vector_dim = " +
       std::to_string(shape.size()) + ">, slice_sizes = array<i64: 1>, indices_are_sorted = false";
-  return b.op("stablehlo.gather", {flat, b.reshape(index, index_shape)}, {flat.type.elem, shape}, attrs);
+  return b.op("stablehlo.gather", {flat, view_positions(b, offset, strides, shape)}, {flat.type.elem, shape}, attrs);
+}
+
+// `flat` with the elements of its strided view replaced by `value`: one scatter.
+Val scatter_view(Body& b, const Val& flat, const Val& offset, const Shape& strides, const Val& value) {
+  const Shape& shape = value.type.shape;
+  TType s{flat.type.elem, {}};
+  std::string region = b.region({s, s}, [&](Body&, const std::vector<Val>& a) { return std::vector<Val>{a[1]}; });
+  const std::string attrs =
+      "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], "
+      "scatter_dims_to_operand_dims = [0], index_vector_dim = " +
+      std::to_string(shape.size()) + ">, indices_are_sorted = false, unique_indices = false";
+  return b.op("stablehlo.scatter", {flat, view_positions(b, offset, strides, shape), value}, flat.type, attrs, region);
 }
 
 }  // namespace
@@ -569,6 +586,26 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
     arg_types.push_back({"i64", {}});
     module.arguments.push_back({kViewOffsetBinding - static_cast<int64_t>(k), ir::DType::kI64, {}});
   }
+  std::vector<int32_t> aliases = options.argument_aliases;
+  std::vector<std::pair<Val, Val>> result_base(outputs.size());  // (array, offset) of result views
+  for (size_t r = 0; r < outputs.size() && r < options.result_views.size(); ++r) {
+    const EmitOptions::ResultView& view = options.result_views[r];
+    if (view.strides.empty()) continue;
+    const ir::Node& n = g.node(outputs[r]);
+    TPU_CHECK_VALUE(options.flat_tensors && view.strides.size() == n.shape.size(), "StableHLO emitter: view of ",
+                    "result ", r, " needs flat_tensors and one stride per dim");
+    TType array{elem_of(n.dtype), {view.elements}};
+    if (view.alias) {
+      aliases.resize(arg_types.size() + 1, -1);
+      aliases[arg_types.size()] = static_cast<int32_t>(r);
+    }
+    result_base[r].first = {"%arg" + std::to_string(arg_types.size()), array};
+    arg_types.push_back(array);
+    module.arguments.push_back({kResultViewBinding - static_cast<int64_t>(r), n.dtype, {view.elements}});
+    result_base[r].second = {"%arg" + std::to_string(arg_types.size()), {"i64", {}}};
+    arg_types.push_back({"i64", {}});
+    module.arguments.push_back({kResultViewBinding - static_cast<int64_t>(r), ir::DType::kI64, {}});
+  }
 
   std::string body;
   int counter = 0;
@@ -618,7 +655,7 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
   std::string text = "module @" + options.module_name + " {\n  func.func public @main(";
   for (size_t i = 0; i < arg_types.size(); ++i) {
     text += (i ? ", " : "") + std::string("%arg") + std::to_string(i) + ": " + arg_types[i].str();
-    const int32_t alias = i < options.argument_aliases.size() ? options.argument_aliases[i] : -1;
+    const int32_t alias = i < aliases.size() ? aliases[i] : -1;
     TPU_CHECK_VALUE(alias < static_cast<int32_t>(outputs.size()), "StableHLO emitter: argument ", i, " aliases result ",
                     alias, " of ", outputs.size());
     if (alias >= 0) text += " {tf.aliasing_output = " + std::to_string(alias) + " : i32}";
@@ -627,6 +664,10 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
   std::string refs, types;
   for (size_t i = 0; i < outputs.size(); ++i) {
     Val v = vals[static_cast<size_t>(outputs[i])];
+    if (!result_base[i].first.ref.empty()) {
+      const EmitOptions::ResultView& view = options.result_views[i];
+      v = scatter_view(b, result_base[i].first, result_base[i].second, view.strides, v);
+    }
     const std::vector<int64_t>* order = i < options.result_layouts.size() ? &options.result_layouts[i] : nullptr;
     if (order != nullptr && !order->empty()) {
       TPU_CHECK_VALUE(options.flat_tensors && order->size() == v.type.shape.size(), "StableHLO emitter: layout of ",

@@ -63,6 +63,18 @@ struct EmitOptions {
     auto operator<=>(const StridedView&) const = default;
   };
   std::vector<StridedView> argument_views;
+  // Per result (needs flat_tensors; shorter or empty `strides` means none): the result is written
+  // into a view with gaps of a flat array of `elements` (t[:, ::2] = ..., cache[:, pos] = k): two
+  // more arguments, after the argument_views offsets and in result order, carry that array and
+  // the view's element offset, and the result is the whole array with the view's elements
+  // replaced (one scatter). `alias`: the array argument aliases the result (it is donated).
+  struct ResultView {
+    int64_t elements = 0;
+    std::vector<int64_t> strides;
+    bool alias = false;
+    auto operator<=>(const ResultView&) const = default;
+  };
+  std::vector<ResultView> result_views;
   // Per result (needs flat_tensors; shorter means row-major): the order of its dims in the
   // memory it is written to, outermost first, or empty. The value is transposed to that order
   // before it is flattened, so a dense permuted destination receives its bytes as they lie.
@@ -74,6 +86,8 @@ struct EmitOptions {
 // The binding an argument_views offset argument reports in Module::arguments: this minus the
 // index of the argument it belongs to.
 constexpr int64_t kViewOffsetBinding = -1000;
+// The binding both result_views arguments (array, offset) of result r report: this minus r.
+constexpr int64_t kResultViewBinding = -2000;
 
 struct Argument {
   int64_t binding = 0;

@@ -142,6 +142,29 @@ def test_slices_and_permuted_destinations_stay_on_the_device() -> None:
         assert moved["upload_bytes"] < 64 * max(moved["uploads"], 1), moved  # scalars at most
 
 
+def test_writes_into_slices_of_resident_tensors_stay_on_the_device() -> None:
+    # A KV-cache update: cache[:, pos] = k writes a view with gaps; the program scatters k into
+    # the cache's device buffer (donated), so nothing comes back to the host, and every position
+    # shares one executable (the offset is an argument).
+    g = torch.Generator().manual_seed(5)
+    ks = torch.randn(6, 2, 3, generator=g)
+    cache = torch.zeros(2, 6, 3).to("tpu") + 0  # a program output
+    k_tpu = ks.to("tpu") + 0
+    torch.tpu.synchronize()
+    before = figures()
+    for pos in range(6):
+        cache[:, pos].copy_(k_tpu[pos])
+    cache[:, ::2].mul_(-1)  # an in-place op through a strided view
+    torch.tpu.synchronize()
+    moved = delta(before)
+    ref = ks.transpose(0, 1).clone()
+    ref[:, ::2] *= -1
+    torch.testing.assert_close(cache.cpu(), ref)
+    if RESIDENT:
+        assert moved["resident_syncs"] == 0 and moved["downloads"] == 0, moved
+        assert moved["resident_donated"] >= 6, moved
+
+
 def test_rows_of_a_resident_tensor_share_one_executable() -> None:
     # x[i] lies inside x's buffer at a different offset for each i: the offset is an argument of
     # the gathering variant, so a loop over rows compiles once, not once per row.
@@ -149,11 +172,16 @@ def test_rows_of_a_resident_tensor_share_one_executable() -> None:
     x = a.to("tpu") * 1
     torch.tpu.synchronize()
     compiles = _C._pjrt_info()["compiles"] + _C._pjrt_info()["executable_cache"]["hits"]
-    rows = [(x[i] * 3).cpu() for i in range(24)]
+    before = figures()
+    rows = [x[i] * 3 for i in range(24)]
+    torch.tpu.synchronize()
+    moved = delta(before)
     info = _C._pjrt_info()
     for i, r in enumerate(rows):
-        torch.testing.assert_close(r, a[i] * 3)
+        torch.testing.assert_close(r.cpu(), a[i] * 3)
     assert info["compiles"] + info["executable_cache"]["hits"] - compiles <= 2, info
+    if RESIDENT:  # every row is read from x's device buffer
+        assert moved["resident_syncs"] == 0 and moved["resident_hits"] >= 24, moved
 
 
 def test_freed_memory_never_serves_stale_device_copies() -> None:

@@ -103,6 +103,20 @@ def test_stablehlo_strided_view_arguments_and_permuted_results():
         torch.testing.assert_close(out, (-base[:, o:o + 8:2]).t().reshape(-1))
 
 
+def test_stablehlo_result_scattered_into_a_strided_view():
+    # The result is written into base[:, o:o+8:2] of a flat array passed (and aliased) at the end.
+    base, value = torch.randn(3, 10), torch.randn(3, 4)
+    g = GraphBuilder()
+    x = g.parameter(0, torch.float32, (3, 4))
+    y = g.neg(x)
+    text = _C._stablehlo_emit(g.serialize(), [y.id], flat_tensors=True, result_views=[(30, [10, 2], True)])
+    assert "%arg1: tensor<30xf32> {tf.aliasing_output = 0 : i32}, %arg2: tensor<i64>" in text
+    (out,) = run_module(text, [value, base.reshape(-1), torch.tensor(1)])
+    ref = base.clone()
+    ref[:, 1:9:2] = -value
+    torch.testing.assert_close(out, ref.reshape(-1))
+
+
 def test_stablehlo_verifies_and_rejects():
     bad = [(B.OP_ID["exp"], (), 6, (2,), (), ())]
     with pytest.raises(RuntimeError, match="exp.G2"):

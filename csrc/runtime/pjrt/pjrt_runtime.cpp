@@ -51,6 +51,8 @@ static c::PJRT_Buffer_Type buffer_type(ir::DType t) {
   return c::PJRT_Buffer_Type_INVALID;
 }
 
+static ir::DType ir_dtype(c10::ScalarType t) { return static_cast<ir::DType>(static_cast<int8_t>(t)); }
+
 static c10::ScalarType scalar_type(ir::DType t) { return static_cast<c10::ScalarType>(static_cast<int8_t>(t)); }
 
 namespace {
@@ -109,9 +111,21 @@ std::vector<int64_t> buffer_dims(const stablehlo::Argument& a) {
   return {numel(a.shape)};
 }
 
+// A resident buffer that a result is scattered into: its bytes, the view's element offset in it,
+// and where it went in the argument list.
+struct ResultInto {
+  std::shared_ptr<Buffer> buffer;
+  uintptr_t begin = 0;
+  size_t bytes = 0;
+  int64_t offset = 0;
+  bool donated = false;
+  size_t array_slot = 0;
+};
+
 // How one run's arguments differ from the plain executable's: arguments donated to (aliasing)
 // results, and resident arguments read in a permuted layout. Empty vectors: none.
 struct Variant {
+  std::vector<stablehlo::EmitOptions::ResultView> result_views;  // per result: scattered into a buffer
   std::vector<int32_t> aliases;               // per argument: the result it aliases, or -1
   std::vector<std::vector<int64_t>> layouts;  // per argument: dims in memory order, or empty
   std::vector<std::vector<int64_t>> result_layouts;        // per result: dims in memory order, or empty
@@ -155,7 +169,8 @@ class PjrtExecutable final : public runtime::Executable {
     // A dense permuted destination (x.transpose(1, 2) written by a program) stays too: the variant
     // returns the result in the destination's memory order.
     Variant variant;
-    std::vector<uint8_t> stays(targets.size(), 0);
+    std::vector<ResultInto> result_into_of;         // per result written into a view with gaps: its buffer
+    std::vector<uint8_t> stays(targets.size(), 0);  // 1: the buffer becomes the entry; 2: scattered
     for (size_t t = 0; t < targets.size(); ++t) {
       const runtime::Binding& d = targets[t].dest;
       const size_t r = result_index(targets[t].node);
@@ -163,13 +178,42 @@ class PjrtExecutable final : public runtime::Executable {
       std::vector<int64_t> order;
       if (is_contiguous(d)) {
         stays[t] = 1;
-      } else if (dense_order(d, &order) && std::count(outputs_.begin(), outputs_.end(), outputs_[r]) == 1 &&
-                 targets_of(targets, outputs_[r]) == 1) {
+      } else if (std::count(outputs_.begin(), outputs_.end(), outputs_[r]) != 1 ||
+                 targets_of(targets, outputs_[r]) != 1) {
+        continue;
+      } else if (dense_order(d, &order)) {
         stays[t] = 1;
         variant.result_layouts.resize(outputs_.size());
         variant.result_layouts[r] = std::move(order);
+      } else if (ResultInto into = result_into(d, device); into.buffer != nullptr) {
+        // A view with gaps inside a resident buffer (cache[:, pos] = k): the variant scatters the
+        // result into that buffer and returns the whole of it.
+        stays[t] = 2;
+        variant.result_views.resize(outputs_.size());
+        variant.result_views[r] = {
+            static_cast<int64_t>(into.bytes / c10::elementSize(d.dtype)), {d.strides.begin(), d.strides.end()}, false};
+        result_into_of.resize(outputs_.size());
+        result_into_of[r] = std::move(into);
       }
     }
+    // A scatter replaces the whole buffer: only when no other output of this run writes into it.
+    for (size_t t = 0; t < targets.size(); ++t) {
+      if (stays[t] != 2) continue;
+      const size_t r = result_index(targets[t].node);
+      const ResultInto& into = result_into_of[r];
+      for (size_t u = 0; u < targets.size(); ++u) {
+        const auto begin = reinterpret_cast<uintptr_t>(targets[u].dest.data);
+        if (u != t && begin < into.begin + into.bytes && begin + span_bytes(targets[u].dest) > into.begin) {
+          stays[t] = 0;
+          variant.result_views[r] = {};
+          result_into_of[r] = {};
+          break;
+        }
+      }
+    }
+    if (std::all_of(variant.result_views.begin(), variant.result_views.end(),
+                    [](const stablehlo::EmitOptions::ResultView& v) { return v.strides.empty(); }))
+      variant.result_views.clear();
     // 1. Start every upload, except of arguments already resident on the device. Host values
     //    (staging copies or views of the caller's memory) stay alive and unchanged until their
     //    transfer event is ready.
@@ -217,11 +261,29 @@ class PjrtExecutable final : public runtime::Executable {
       scalars.push_back(runtime_->scalar_buffer(c::PJRT_Buffer_Type_S64, offset, device));
       raw.push_back(scalars.back()->get());
     }
+    // Then, per result scattered into a resident buffer: that buffer (donated when nobody else
+    // holds it: the variant aliases it with the result) and the view's offset.
+    for (size_t r = 0; r < result_into_of.size(); ++r) {
+      ResultInto& into = result_into_of[r];
+      if (into.buffer == nullptr) continue;
+      into.donated = resident->take_for_donation(reinterpret_cast<const void*>(into.begin), into.bytes, into.buffer);
+      variant.result_views[r].alias = into.donated;
+      into.array_slot = raw.size();
+      raw.push_back(into.buffer->get());
+      at::Tensor offset = at::scalar_tensor(into.offset, at::TensorOptions().dtype(at::kLong));
+      scalars.push_back(runtime_->scalar_buffer(c::PJRT_Buffer_Type_S64, offset, device));
+      raw.push_back(scalars.back()->get());
+    }
     // 2. In-place writes donate the resident buffer they overwrite (an executable variant whose
     //    argument aliases that result), then launch on the same device (the executable is
     //    portable); PJRT orders the launch after the uploads.
     std::vector<uint8_t> donated;
     variant.aliases = donations(inputs, targets, stays, on_device, &donated);
+    for (const ResultInto& into : result_into_of) {
+      if (into.buffer == nullptr || !into.donated) continue;
+      donated.resize(raw.size(), 0);
+      donated[into.array_slot] = 1;
+    }
     const LoadedExecutable& exe = executable_for(variant);
     Event done;
     std::vector<Buffer> results = exe.execute(raw, client.devices()[device].handle, &done, donated);
@@ -259,8 +321,14 @@ class PjrtExecutable final : public runtime::Executable {
       if (stays[t]) {
         size_t r = result_index(targets[t].node);
         if (kept[r] == nullptr) kept[r] = std::make_shared<Buffer>(std::move(results[r]));
-        resident->adopt(d.data, span_bytes(d), {buffer_type(output_dtypes_[r]), device}, kept[r],
-                        /*host_current=*/false);
+        if (stays[t] == 2) {  // the whole buffer the view lies in, updated
+          const ResultInto& into = result_into_of[r];
+          resident->adopt(reinterpret_cast<const void*>(into.begin), into.bytes,
+                          {buffer_type(output_dtypes_[r]), device}, kept[r], /*host_current=*/false);
+        } else {
+          resident->adopt(d.data, span_bytes(d), {buffer_type(output_dtypes_[r]), device}, kept[r],
+                          /*host_current=*/false);
+        }
         continue;
       }
       if (resident != nullptr) resident->before_host_write(d.data, span_bytes(d), is_contiguous(d));
@@ -290,9 +358,11 @@ class PjrtExecutable final : public runtime::Executable {
         !std::equal(in.sizes.begin(), in.sizes.end(), a.shape.begin(), a.shape.end()))
       return nullptr;
     const size_t nbytes = static_cast<size_t>(numel(a.shape)) * c10::elementSize(in.dtype);
-    if (is_contiguous(in)) return resident->find(in.data, nbytes, {buffer_type(a.dtype), device});
     std::vector<int64_t> order;
-    if (dense_order(in, &order)) {
+    if (is_contiguous(in)) {
+      if (std::shared_ptr<Buffer> buffer = resident->find(in.data, nbytes, {buffer_type(a.dtype), device}))
+        return buffer;
+    } else if (dense_order(in, &order)) {
       std::shared_ptr<Buffer> buffer = resident->find(in.data, nbytes, {buffer_type(a.dtype), device});
       if (buffer != nullptr) {
         variant->layouts.resize(args_.size());
@@ -300,7 +370,10 @@ class PjrtExecutable final : public runtime::Executable {
         return buffer;
       }
     }
-    // Any other view (a slice with gaps, a broadcast) inside one resident buffer: gathered there.
+    // Any other view (a part of a buffer such as x[i], a slice with gaps, a broadcast) inside one
+    // resident buffer: gathered there. (Not a 0-d one: an argument view needs one stride per dim,
+    // and no strides means no view.)
+    if (in.sizes.empty()) return nullptr;
     uintptr_t entry_begin = 0;
     size_t entry_bytes = 0;
     const size_t item = c10::elementSize(in.dtype);
@@ -321,6 +394,18 @@ class PjrtExecutable final : public runtime::Executable {
     if (a.binding == ir::kRngSeedBinding) return true;
     return a.binding >= 0 && static_cast<size_t>(a.binding) < inputs.size() &&
            inputs[static_cast<size_t>(a.binding)].kind == runtime::Binding::Kind::Scalar && numel(a.shape) == 1;
+  }
+
+  // The resident buffer holding all of a destination view (of the same dtype), or none.
+  ResultInto result_into(const runtime::Binding& d, size_t device) const {
+    ResultInto into;
+    const size_t item = c10::elementSize(d.dtype);
+    into.buffer = runtime_->resident()->find_containing(d.data, span_bytes(d), {buffer_type(ir_dtype(d.dtype)), device},
+                                                        &into.begin, &into.bytes);
+    const auto offset = reinterpret_cast<uintptr_t>(d.data) - into.begin;
+    if (into.buffer == nullptr || offset % item != 0 || into.bytes % item != 0) return {};
+    into.offset = static_cast<int64_t>(offset / item);
+    return into;
   }
 
   // How many targets write node `node`.
@@ -362,7 +447,7 @@ class PjrtExecutable final : public runtime::Executable {
       for (size_t t = 0; t < targets.size(); ++t) {
         const runtime::Binding& d = targets[t].dest;
         const size_t r = result_index(targets[t].node);
-        if (!stays[t] || result_taken[r] || d.data != in.data || output_dtypes_[r] != args_[k].dtype ||
+        if (stays[t] != 1 || result_taken[r] || d.data != in.data || output_dtypes_[r] != args_[k].dtype ||
             span_bytes(d) != span_bytes(in))
           continue;
         if (!runtime_->resident()->take_for_donation(in.data, span_bytes(in), on_device[k])) break;
@@ -397,6 +482,7 @@ class PjrtExecutable final : public runtime::Executable {
       emit.argument_layouts = variant.layouts;
       emit.argument_views = variant.views;
       emit.result_layouts = variant.result_layouts;
+      emit.result_views = variant.result_views;
       v = runtime_->build(graph_, outputs_, std::move(emit));
     }
     return *v;
