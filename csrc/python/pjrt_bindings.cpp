@@ -97,7 +97,7 @@ void init_pjrt_bindings(py::module_& m) {
         cache["misses"] = c.misses;
         cache["writes"] = c.writes;
         d["executable_cache"] = cache;
-        const pjrt::TransferStats& t = rt->transfer_stats();
+        const pjrt::TransferStats& t = rt->transfers();
         py::dict transfers;
         transfers["uploads"] = t.uploads.load();
         transfers["upload_bytes"] = t.upload_bytes.load();

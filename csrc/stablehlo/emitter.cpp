@@ -1,6 +1,8 @@
 // The per-op translation table (see emitter.h for the design and docs/stablehlo.md for the map).
 #include "stablehlo/emitter.h"
 
+#include <c10/util/accumulate.h>
+
 #include <algorithm>
 #include <cctype>
 #include <limits>
@@ -553,9 +555,7 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
   std::vector<TType> arg_types;
   auto flat = [&](const std::vector<int64_t>& shape) {
     if (!options.flat_tensors || shape.size() == 1) return shape;
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return std::vector<int64_t>{n};
+    return std::vector<int64_t>{c10::multiply_integers(shape)};
   };
   std::map<int64_t, const std::vector<int64_t>*> layout_of;
   std::map<int64_t, const EmitOptions::StridedView*> view_of;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <cstring>
@@ -83,12 +84,6 @@ size_t span_bytes(const runtime::Binding& b) {
   return runtime::span_bytes(b.sizes, b.strides, c10::elementSize(b.dtype));
 }
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 // The order of a view's dims in memory (outermost first) if its elements fill their span with no
 // gap or overlap (a dense permuted view such as x.t()). False otherwise.
 bool dense_order(const runtime::Binding& b, std::vector<int64_t>* order) {
@@ -108,13 +103,13 @@ bool dense_order(const runtime::Binding& b, std::vector<int64_t>* order) {
 // The dims of an argument's device buffer: tensor bindings are flat (EmitOptions::flat_tensors).
 std::vector<int64_t> buffer_dims(const stablehlo::Argument& a) {
   if (a.binding < 0) return a.shape;  // the RNG seed and offset (0-d)
-  return {numel(a.shape)};
+  return {c10::multiply_integers(a.shape)};
 }
 
-// A resident buffer that a result is scattered into: its bytes, the view's element offset in it,
-// and where it went in the argument list.
-struct ResultInto {
-  std::shared_ptr<Buffer> buffer;
+// The resident buffer a view lies in: its first byte and size, and the view's element offset in
+// it. For a result scattered into it, also whether it was donated and its argument slot.
+struct Containing {
+  std::shared_ptr<Buffer> buffer;  // null: the view lies in no resident buffer
   uintptr_t begin = 0;
   size_t bytes = 0;
   int64_t offset = 0;
@@ -122,8 +117,9 @@ struct ResultInto {
   size_t array_slot = 0;
 };
 
-// How one run's arguments differ from the plain executable's: arguments donated to (aliasing)
-// results, and resident arguments read in a permuted layout. Empty vectors: none.
+// How one run differs from the plain executable: results scattered into resident buffers,
+// arguments donated to (aliasing) results, resident arguments read in a permuted layout or
+// gathered from a buffer, results returned in a permuted layout. Empty vectors: none.
 struct Variant {
   std::vector<stablehlo::EmitOptions::ResultView> result_views;  // per result: scattered into a buffer
   std::vector<int32_t> aliases;               // per argument: the result it aliases, or -1
@@ -169,7 +165,7 @@ class PjrtExecutable final : public runtime::Executable {
     // A dense permuted destination (x.transpose(1, 2) written by a program) stays too: the variant
     // returns the result in the destination's memory order.
     Variant variant;
-    std::vector<ResultInto> result_into_of;         // per result written into a view with gaps: its buffer
+    std::vector<Containing> result_into_of;         // per result written into a view with gaps: its buffer
     std::vector<uint8_t> stays(targets.size(), 0);  // 1: the buffer becomes the entry; 2: scattered
     for (size_t t = 0; t < targets.size(); ++t) {
       const runtime::Binding& d = targets[t].dest;
@@ -185,7 +181,7 @@ class PjrtExecutable final : public runtime::Executable {
         stays[t] = 1;
         variant.result_layouts.resize(outputs_.size());
         variant.result_layouts[r] = std::move(order);
-      } else if (ResultInto into = result_into(d, device); into.buffer != nullptr) {
+      } else if (Containing into = containing(d, device); into.buffer != nullptr) {
         // A view with gaps inside a resident buffer (cache[:, pos] = k): the variant scatters the
         // result into that buffer and returns the whole of it.
         stays[t] = 2;
@@ -200,7 +196,7 @@ class PjrtExecutable final : public runtime::Executable {
     for (size_t t = 0; t < targets.size(); ++t) {
       if (stays[t] != 2) continue;
       const size_t r = result_index(targets[t].node);
-      const ResultInto& into = result_into_of[r];
+      const Containing& into = result_into_of[r];
       for (size_t u = 0; u < targets.size(); ++u) {
         const auto begin = reinterpret_cast<uintptr_t>(targets[u].dest.data);
         if (u != t && begin < into.begin + into.bytes && begin + span_bytes(targets[u].dest) > into.begin) {
@@ -257,21 +253,19 @@ class PjrtExecutable final : public runtime::Executable {
     // The offsets of the gathered views come last, in argument order (EmitOptions::argument_views).
     for (size_t k = 0; k < variant.views.size(); ++k) {
       if (variant.views[k].strides.empty()) continue;
-      at::Tensor offset = at::scalar_tensor(view_offsets[k], at::TensorOptions().dtype(at::kLong));
-      scalars.push_back(runtime_->scalar_buffer(c::PJRT_Buffer_Type_S64, offset, device));
+      scalars.push_back(offset_buffer(view_offsets[k], device));
       raw.push_back(scalars.back()->get());
     }
     // Then, per result scattered into a resident buffer: that buffer (donated when nobody else
     // holds it: the variant aliases it with the result) and the view's offset.
     for (size_t r = 0; r < result_into_of.size(); ++r) {
-      ResultInto& into = result_into_of[r];
+      Containing& into = result_into_of[r];
       if (into.buffer == nullptr) continue;
       into.donated = resident->take_for_donation(reinterpret_cast<const void*>(into.begin), into.bytes, into.buffer);
       variant.result_views[r].alias = into.donated;
       into.array_slot = raw.size();
       raw.push_back(into.buffer->get());
-      at::Tensor offset = at::scalar_tensor(into.offset, at::TensorOptions().dtype(at::kLong));
-      scalars.push_back(runtime_->scalar_buffer(c::PJRT_Buffer_Type_S64, offset, device));
+      scalars.push_back(offset_buffer(into.offset, device));
       raw.push_back(scalars.back()->get());
     }
     // 2. In-place writes donate the resident buffer they overwrite (an executable variant whose
@@ -279,7 +273,7 @@ class PjrtExecutable final : public runtime::Executable {
     //    portable); PJRT orders the launch after the uploads.
     std::vector<uint8_t> donated;
     variant.aliases = donations(inputs, targets, stays, on_device, &donated);
-    for (const ResultInto& into : result_into_of) {
+    for (const Containing& into : result_into_of) {
       if (into.buffer == nullptr || !into.donated) continue;
       donated.resize(raw.size(), 0);
       donated[into.array_slot] = 1;
@@ -322,7 +316,7 @@ class PjrtExecutable final : public runtime::Executable {
         size_t r = result_index(targets[t].node);
         if (kept[r] == nullptr) kept[r] = std::make_shared<Buffer>(std::move(results[r]));
         if (stays[t] == 2) {  // the whole buffer the view lies in, updated
-          const ResultInto& into = result_into_of[r];
+          const Containing& into = result_into_of[r];
           resident->adopt(reinterpret_cast<const void*>(into.begin), into.bytes,
                           {buffer_type(output_dtypes_[r]), device}, kept[r], /*host_current=*/false);
         } else {
@@ -357,7 +351,7 @@ class PjrtExecutable final : public runtime::Executable {
     if (in.kind != runtime::Binding::Kind::Tensor || in.data == nullptr || in.dtype != scalar_type(a.dtype) ||
         !std::equal(in.sizes.begin(), in.sizes.end(), a.shape.begin(), a.shape.end()))
       return nullptr;
-    const size_t nbytes = static_cast<size_t>(numel(a.shape)) * c10::elementSize(in.dtype);
+    const size_t nbytes = static_cast<size_t>(c10::multiply_integers(a.shape)) * c10::elementSize(in.dtype);
     std::vector<int64_t> order;
     if (is_contiguous(in)) {
       if (std::shared_ptr<Buffer> buffer = resident->find(in.data, nbytes, {buffer_type(a.dtype), device}))
@@ -374,18 +368,14 @@ class PjrtExecutable final : public runtime::Executable {
     // resident buffer: gathered there. (Not a 0-d one: an argument view needs one stride per dim,
     // and no strides means no view.)
     if (in.sizes.empty()) return nullptr;
-    uintptr_t entry_begin = 0;
-    size_t entry_bytes = 0;
-    const size_t item = c10::elementSize(in.dtype);
-    std::shared_ptr<Buffer> buffer =
-        resident->find_containing(in.data, span_bytes(in), {buffer_type(a.dtype), device}, &entry_begin, &entry_bytes);
-    const auto offset = reinterpret_cast<uintptr_t>(in.data) - entry_begin;
-    if (buffer == nullptr || offset % item != 0 || entry_bytes % item != 0) return nullptr;
+    Containing c = containing(in, device);
+    if (c.buffer == nullptr) return nullptr;
     variant->views.resize(args_.size());
-    variant->views[k] = {static_cast<int64_t>(entry_bytes / item), {in.strides.begin(), in.strides.end()}};
+    variant->views[k] = {static_cast<int64_t>(c.bytes / c10::elementSize(in.dtype)),
+                         {in.strides.begin(), in.strides.end()}};
     view_offsets->resize(args_.size());
-    (*view_offsets)[k] = static_cast<int64_t>(offset / item);
-    return buffer;
+    (*view_offsets)[k] = c.offset;
+    return c.buffer;
   }
 
   // A host scalar bound to a parameter (not tensor memory, not the RNG offset, which changes
@@ -393,19 +383,27 @@ class PjrtExecutable final : public runtime::Executable {
   static bool is_scalar_operand(const stablehlo::Argument& a, const std::vector<runtime::Binding>& inputs) {
     if (a.binding == ir::kRngSeedBinding) return true;
     return a.binding >= 0 && static_cast<size_t>(a.binding) < inputs.size() &&
-           inputs[static_cast<size_t>(a.binding)].kind == runtime::Binding::Kind::Scalar && numel(a.shape) == 1;
+           inputs[static_cast<size_t>(a.binding)].kind == runtime::Binding::Kind::Scalar &&
+           c10::multiply_integers(a.shape) == 1;
   }
 
-  // The resident buffer holding all of a destination view (of the same dtype), or none.
-  ResultInto result_into(const runtime::Binding& d, size_t device) const {
-    ResultInto into;
-    const size_t item = c10::elementSize(d.dtype);
-    into.buffer = runtime_->resident()->find_containing(d.data, span_bytes(d), {buffer_type(ir_dtype(d.dtype)), device},
-                                                        &into.begin, &into.bytes);
-    const auto offset = reinterpret_cast<uintptr_t>(d.data) - into.begin;
-    if (into.buffer == nullptr || offset % item != 0 || into.bytes % item != 0) return {};
-    into.offset = static_cast<int64_t>(offset / item);
-    return into;
+  // The resident buffer of the view's dtype that holds all of view `b`, whole elements apart
+  // (buffer null if none).
+  Containing containing(const runtime::Binding& b, size_t device) const {
+    Containing c;
+    const size_t item = c10::elementSize(b.dtype);
+    c.buffer = runtime_->resident()->find_containing(b.data, span_bytes(b), {buffer_type(ir_dtype(b.dtype)), device},
+                                                     &c.begin, &c.bytes);
+    const auto offset = reinterpret_cast<uintptr_t>(b.data) - c.begin;
+    if (c.buffer == nullptr || offset % item != 0 || c.bytes % item != 0) return {};
+    c.offset = static_cast<int64_t>(offset / item);
+    return c;
+  }
+
+  // The shared device copy of a view's element offset (an i64 argument of gather/scatter variants).
+  std::shared_ptr<Buffer> offset_buffer(int64_t offset, size_t device) const {
+    return runtime_->scalar_buffer(c::PJRT_Buffer_Type_S64,
+                                   at::scalar_tensor(offset, at::TensorOptions().dtype(at::kLong)), device);
   }
 
   // How many targets write node `node`.
@@ -426,7 +424,7 @@ class PjrtExecutable final : public runtime::Executable {
     for (auto [j, slot] : kept_inputs) {
       const stablehlo::Argument& b = args_[j];
       if (inputs[static_cast<size_t>(b.binding)].data == in.data && b.dtype == a.dtype &&
-          numel(b.shape) == numel(a.shape))
+          c10::multiply_integers(b.shape) == c10::multiply_integers(a.shape))
         return &buffers[slot];
     }
     return nullptr;

@@ -67,7 +67,7 @@ class PjrtRuntime final : public runtime::Runtime {
   int64_t compiles() const { return compiles_.load(std::memory_order_relaxed); }
   // The on-disk executable cache's figures (enabled false when off or unsupported).
   ExecutableCacheStats executable_cache_stats() const;
-  const TransferStats& transfer_stats() const { return transfers_; }
+  const TransferStats& transfers() const { return transfers_; }
   TransferStats& transfers() { return transfers_; }
   // The resident-buffer table, or null when off (TORCH_TPU_PJRT_RESIDENT=0 or set_resident).
   ResidentBuffers* resident() const { return resident_on_.load(std::memory_order_acquire) ? resident_.get() : nullptr; }
