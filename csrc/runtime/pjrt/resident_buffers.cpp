@@ -19,6 +19,17 @@ void ResidentBuffers::download(uintptr_t begin, const Entry& e) {
   stats_.sync_bytes += static_cast<int64_t>(nbytes);
 }
 
+ResidentBuffers::Table::iterator ResidentBuffers::erase(Table::iterator it) {
+  stats_.entries--;
+  stats_.bytes -= static_cast<int64_t>(it->second.end - it->first);
+  return table_.erase(it);
+}
+
+ResidentBuffers::Table::iterator ResidentBuffers::exact(const void* data, size_t nbytes) {
+  auto it = table_.find(address(data));
+  return it != table_.end() && it->second.end == address(data) + nbytes ? it : table_.end();
+}
+
 void ResidentBuffers::drop(uintptr_t begin, uintptr_t end, bool every_byte) {
   for (auto it = first_overlap(begin); it != table_.end() && it->first < end;) {
     Entry& e = it->second;
@@ -29,16 +40,14 @@ void ResidentBuffers::drop(uintptr_t begin, uintptr_t end, bool every_byte) {
       else
         download(it->first, e);
     }
-    stats_.entries--;
-    stats_.bytes -= static_cast<int64_t>(e.end - it->first);
-    it = table_.erase(it);
+    it = erase(it);
   }
 }
 
 std::shared_ptr<Buffer> ResidentBuffers::find(const void* data, size_t nbytes, const Array& array) {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = table_.find(address(data));
-  if (it == table_.end() || it->second.end != address(data) + nbytes || !(it->second.array == array)) return nullptr;
+  auto it = exact(data, nbytes);
+  if (it == table_.end() || !(it->second.array == array)) return nullptr;
   stats_.hits++;
   return it->second.buffer;
 }
@@ -58,14 +67,10 @@ std::shared_ptr<Buffer> ResidentBuffers::find_containing(const void* data, size_
 
 bool ResidentBuffers::take_for_donation(const void* data, size_t nbytes, const std::shared_ptr<Buffer>& buffer) {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = table_.find(address(data));
-  if (it == table_.end() || it->second.end != address(data) + nbytes || it->second.buffer != buffer ||
-      buffer.use_count() != 2)
-    return false;
-  stats_.entries--;
-  stats_.bytes -= static_cast<int64_t>(nbytes);
+  auto it = exact(data, nbytes);
+  if (it == table_.end() || it->second.buffer != buffer || buffer.use_count() != 2) return false;
+  erase(it);
   stats_.donated++;
-  table_.erase(it);
   return true;
 }
 
@@ -102,9 +107,7 @@ void ResidentBuffers::released(const void* data, size_t nbytes) noexcept {
   // Entries lie inside one allocation, so a freed block holds all of those it overlaps.
   for (auto it = first_overlap(begin); it != table_.end() && it->first < begin + nbytes;) {
     if (!it->second.host_current) stats_.dropped_unread++;
-    stats_.entries--;
-    stats_.bytes -= static_cast<int64_t>(it->second.end - it->first);
-    it = table_.erase(it);
+    it = erase(it);
   }
 }
 

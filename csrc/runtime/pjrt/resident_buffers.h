@@ -85,6 +85,10 @@ class ResidentBuffers final : public runtime::Residency {
 
   // The first entry that may overlap [begin, end).
   Table::iterator first_overlap(uintptr_t begin);
+  // Removes an entry, keeping the entry and byte counts.
+  Table::iterator erase(Table::iterator it);
+  // The entry of exactly [data, data + nbytes), or table_.end().
+  Table::iterator exact(const void* data, size_t nbytes);
   // Downloads one entry into its host bytes. Throws the device's error.
   void download(uintptr_t begin, const Entry& e);
   // Drops the entries overlapping [begin, end). A stale one is downloaded first unless
