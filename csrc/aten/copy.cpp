@@ -30,11 +30,13 @@ bool is_tpu(const at::Tensor& t) { return t.device().type() == kTpu; }
 enum class Access { kRead, kWrite };
 at::Tensor host_view(const at::Tensor& t, Access access) {
   void* data = static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize();
-  const size_t span = runtime::span_bytes(t.sizes(), t.strides(), t.itemsize());
-  if (access == Access::kRead)
-    runtime::before_host_read(data, span);
-  else
-    runtime::before_host_write(data, span, t.is_non_overlapping_and_dense());
+  if (runtime::residency() != nullptr) {  // (host runtime: nothing to bring back or drop)
+    const size_t span = runtime::span_bytes(t.sizes(), t.strides(), t.itemsize());
+    if (access == Access::kRead)
+      runtime::before_host_read(data, span);
+    else
+      runtime::before_host_write(data, span, t.is_non_overlapping_and_dense());
+  }
   return at::from_blob(data, t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU));
 }
 

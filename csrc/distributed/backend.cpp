@@ -168,13 +168,15 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
     // Values may live only in device buffers (PJRT) and the transport reads and writes host
     // memory: wait for the streams, bring the bytes back and drop the device copies.
     for (auto d : devices) device::synchronize_stream(device::current_stream(d));
-    for (const std::vector<at::Tensor>* list : {&tensors, const_cast<const std::vector<at::Tensor>*>(&result)}) {
-      for (const auto& t : *list) {
+    auto bring_back = [](const std::vector<at::Tensor>& list) {
+      for (const auto& t : list) {
         if (is_tpu(t) && t.numel() > 0)
           runtime::before_host_write(t.data_ptr(), runtime::span_bytes(t.sizes(), t.strides(), t.itemsize()),
                                      /*every_byte=*/false);
       }
-    }
+    };
+    bring_back(tensors);
+    bring_back(result);
   }
   std::vector<void*> events;
   try {
