@@ -26,8 +26,8 @@ BATCH = 8
 
 
 def _bytes() -> int:
-    t = _C._pjrt_info()["transfers"]
-    r = _C._pjrt_info()["resident"]
+    info = _C._pjrt_info()
+    t, r = info["transfers"], info["resident"]
     return t["upload_bytes"] + t["download_bytes"] + r["sync_bytes"]
 
 
