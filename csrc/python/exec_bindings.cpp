@@ -11,6 +11,7 @@
 #include "exec/mode.h"
 #include "python/bindings.h"
 #include "python/ir_convert.h"
+#include "runtime/host/kernel_threads.h"
 
 namespace py = pybind11;
 
@@ -180,6 +181,8 @@ void init_exec_bindings(py::module_& m) {
     return d;
   });
   m.def("_reset_metrics", [] { exec::reset_metrics(); });
+  // Kernels the host runtime split across its kernel threads since the process started (tests).
+  m.def("_host_kernel_splits", [] { return runtime::host::splits_with_helpers(); });
   m.def("_clear_program_cache", [] { compiler::eager_cache().clear(); });
   m.def("_env_registry", [] {
     py::list l;

@@ -1,6 +1,6 @@
 // Kernel threads (runtime/host/kernel_threads.h): run_split runs every part once and rethrows a
-// helper's exception; large elementwise nodes run split on a single-threaded caller (as on a
-// stream worker) and give exactly ATen's results.
+// helper's exception; large elementwise nodes and contractions run split on a single-threaded
+// caller (as on a stream worker) and give ATen's results.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -141,6 +141,34 @@ TEST(KernelThreads, LargeClustersSplitTheirTiles) {
   at::Tensor want_sum = at::tanh(xv) * yv + xv, want_max = std::get<0>(want_sum.max(1));
   EXPECT_TRUE(at::allclose(split[1], want_max, 1e-5, 1e-6));
   EXPECT_TRUE(at::allclose(split[0], want_sum - want_max.unsqueeze(1), 1e-5, 1e-6));
+}
+
+// Large contractions split by rows (one matrix) or by batch on a single-threaded caller.
+TEST(KernelThreads, LargeContractionsSplitAndMatchAten) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {301, 700});  // 301 rows: uneven blocks
+  int32_t w = p.param(1, DType::kF32, {700, 157});
+  int32_t mm = p.add(OpKind::kDotGeneral, DType::kF32, {301, 157}, {x, w}, {0, 1, 1, 0});
+  int32_t bx = p.param(2, DType::kF32, {5, 100, 300});
+  int32_t bw = p.param(3, DType::kF32, {5, 300, 90});
+  int32_t bmm = p.add(OpKind::kDotGeneral, DType::kF32, {5, 100, 90}, {bx, bw}, {1, 0, 0, 1, 2, 1});
+  const std::vector<int32_t> outputs{mm, bmm};
+  HostExecutable exe = compile_host(p, outputs, /*fuse=*/true);
+  at::Tensor xv = at::randn({301, 700}), wv = at::randn({700, 157});
+  at::Tensor bxv = at::randn({5, 100, 300}), bwv = at::randn({5, 300, 90});
+  std::vector<at::Tensor> got;
+  const std::vector<OutputTarget> targets = fresh_targets(p, outputs, &got);
+  const uint64_t before = host::splits_with_helpers();
+  on_single_threaded_worker([&] {
+    exe.run({tensor_binding(xv), tensor_binding(wv), tensor_binding(bxv), tensor_binding(bwv)}, targets, {});
+  });
+  if (std::thread::hardware_concurrency() >= 2) {
+    EXPECT_GE(host::splits_with_helpers() - before, 2u);
+  }
+  // Each block is its own BLAS call, which may order a dot product's sums differently from
+  // ATen's call on the whole matrix: float rounding only.
+  EXPECT_TRUE(at::allclose(got[0], at::mm(xv, wv), 1e-4, 1e-4));
+  EXPECT_TRUE(at::allclose(got[1], at::bmm(bxv, bwv), 1e-4, 1e-4));
 }
 
 TEST(KernelThreads, ErrorInAHelpersBlockReachesTheCaller) {

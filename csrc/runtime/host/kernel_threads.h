@@ -1,4 +1,4 @@
-// Kernel threads: splitting large elementwise kernels across the host runtime's own threads.
+// Kernel threads: splitting large kernels across the host runtime's own threads.
 //
 // Design: a stream worker runs ATen with one OpenMP thread (device/stream.cpp: a second
 // OpenMP team spin-waits between parallel regions and steals the core the Python thread
@@ -9,7 +9,8 @@
 // kSplitMinElements elements split: below that the hand-off (a futex wake-up of a sleeping
 // thread, several µs on a VM) costs about what the second thread saves. Fused clusters
 // (fusion.h) split their tiles too, passing elements x half their instruction count as the
-// size, since each element costs several operations there. Callers that already
+// size, since each element costs several operations there; contractions (kernels_contract.cpp)
+// split by batch or rows, passing multiply-adds / 64. Callers that already
 // have ATen intra-op threads (the Python thread running a program inline) never split.
 // Threads per kernel, the caller included: TORCH_TPU_HOST_KERNEL_THREADS (default 2, at most
 // the number of CPUs; 1 turns splitting off).

@@ -16,15 +16,60 @@
 // its padding/output-size identities hold; anything else takes the literal path, which
 // materializes lhs dilation and asymmetric/negative padding that at::convolution cannot express.
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 #include "common/check.h"
+#include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
 
 namespace torch_tpu::runtime::host {
 namespace {
 
 using ir::OpKind;
+
+// res [B, M, N] (contiguous) = lhs [B, M, K] @ rhs [B, K, N]. A large product is split across
+// the kernel threads (kernel_threads.h) by batch, or by rows of a single matrix: each part is an
+// ordinary BLAS call on a block of rows (the same dot products; MKL gave equal bits either way
+// for the shapes we checked, but nothing promises it).
+// Plain matrix products go to mm (strided operands straight to BLAS), which beats a batch of one.
+void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor& rhs) {
+  const int64_t B = res.size(0), M = res.size(1), N = res.size(2), K = lhs.size(2);
+  // The size split_parts compares with its elementwise threshold: a BLAS multiply-add costs
+  // about 1/64 of an element of an elementwise kernel. Measured (bench/fused_vs_strict.py): rows
+  // of a GPT-2-width step (M*N*K of 12M-450M) run 1.35x faster split; TinyGPT's products (1M-4M)
+  // ran 7% slower when split from 1M up, and break even from 8M.
+  const int64_t work = B * M * N * K / 64;
+  const int64_t rows = B > 1 ? B : M;
+  const int parts = static_cast<int>(std::min<int64_t>(split_parts(work), rows));
+  auto block = [&](int64_t lo, int64_t hi) {
+    if (B == 1) {
+      at::Tensor r2 = res.select(0, 0).narrow(0, lo, hi - lo);
+      at::mm_out(r2, lhs.select(0, 0).narrow(0, lo, hi - lo), rhs.select(0, 0));
+    } else {
+      at::Tensor r3 = res.narrow(0, lo, hi - lo);
+      at::bmm_out(r3, lhs.narrow(0, lo, hi - lo), rhs.narrow(0, lo, hi - lo));
+    }
+  };
+  if (parts <= 1) return block(0, rows);
+  run_split(parts, [&](int part) { block(rows * part / parts, rows * (part + 1) / parts); });
+}
+
+// A result of `shape` whose rows (dim 0) are independent, computed by rows(lo, hi) (rows [lo,
+// hi) of it). With enough multiply-adds (weighed as in matmul_into), the rows are split across
+// the kernel threads, each block computed by its own call and copied into place.
+at::Tensor split_rows(const std::vector<int64_t>& shape, const at::TensorOptions& options, int64_t multiply_adds,
+                      const std::function<at::Tensor(int64_t, int64_t)>& rows) {
+  const int64_t n = shape[0];
+  const int parts = static_cast<int>(std::min<int64_t>(split_parts(multiply_adds / 64), n));
+  if (parts <= 1) return rows(0, n);
+  at::Tensor y = at::empty(shape, options);
+  run_split(parts, [&](int part) {
+    const int64_t lo = n * part / parts, hi = n * (part + 1) / parts;
+    y.narrow(0, lo, hi - lo).copy_(rows(lo, hi));
+  });
+  return y;
+}
 
 Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n) {
   const int32_t l = n.operands[0], r = n.operands[1];
@@ -68,22 +113,10 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n) {
       // arithmetic in the narrow type.
       return at::bmm(lhs.to(at::kLong), rhs.to(at::kLong)).to(dtype).reshape(shape);
     }
-    if (B == 1) {
-      // Plain matrix product: mm (strided operands go straight to BLAS) beats a batch of one.
-      at::Tensor a2 = lhs.view({M, K}), b2 = rhs.view({K, N});
-      if (out && out->is_contiguous()) {
-        at::Tensor out2 = out->view({M, N});
-        at::mm_out(out2, a2, b2);
-        return *out;
-      }
-      return at::mm(a2, b2).reshape(shape);
-    }
-    if (out && out->is_contiguous()) {
-      at::Tensor out3 = out->view({B, M, N});  // shares out's storage
-      at::bmm_out(out3, lhs, rhs);
-      return *out;
-    }
-    return at::bmm(lhs, rhs).reshape(shape);
+    const bool direct = out && out->is_contiguous() && out->scalar_type() == lhs.scalar_type();
+    at::Tensor result = direct ? *out : at::empty(shape, lhs.options());
+    matmul_into(result.view({B, M, N}), lhs, rhs);
+    return result;
   };
 }
 
@@ -159,6 +192,11 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
   auto result = [=](const at::Tensor& y) { return upcast ? y.to(dtype) : y; };
   const std::vector<int64_t> sp(ln.shape.begin() + 2, ln.shape.end()), kernel(rn.shape.begin() + 2, rn.shape.end()),
       out(n.shape.begin() + 2, n.shape.end());
+  // Multiply-adds of the literal convolution (each output element reads rhs's [C/g, *kernel]
+  // window; lhs dilation's zeros are not computed by the rewritten forms, hence the division).
+  const std::vector<int64_t> result_shape = n.shape;
+  int64_t macs = c10::multiply_integers(n.shape) * c10::multiply_integers(rn.shape.begin() + 1, rn.shape.end());
+  for (int64_t d : ldil) macs /= std::max<int64_t>(d, 1);
 
   if (auto f = transposed_form(kernel, strides, lo, hi, ldil, rdil)) {
     // Un-flip the kernel: reverse spatially, swap in/out channels within each group.
@@ -172,8 +210,11 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
     return [=](const Values& v, at::Tensor*) {
       auto [t, w] = operands(v);
       at::Tensor wt = at::flip(w, flip_dims).reshape(grouped).transpose(1, 2).reshape(swapped);
-      return result(at::convolution(t, wt, std::nullopt, f->stride, f->padding, rdil, /*transposed=*/true,
-                                    f->output_padding, groups));
+      // Images of the batch are independent: split by batch.
+      return result(split_rows(result_shape, t.options(), macs, [&](int64_t lo, int64_t hi) {
+        return at::convolution(t.narrow(0, lo, hi - lo), wt, std::nullopt, f->stride, f->padding, rdil,
+                               /*transposed=*/true, f->output_padding, groups);
+      }));
     };
   }
   if (auto f = weight_grad_form(sp, kernel, out, strides, lo, ldil, rdil)) {
@@ -190,11 +231,18 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
       // The lowering built lhs and rhs as transposes of the forward's input and grad_output:
       // transposing back gives those tensors' own (usually contiguous) memory.
       at::Tensor x = groups == 1 ? t.transpose(0, 1) : t.reshape(split).permute(perm).reshape(merged);
-      at::Tensor w = at::empty(weight, x.options());  // only its sizes are read
-      auto grads =
-          at::convolution_backward(go.transpose(0, 1), x, w, std::nullopt, f->stride, f->padding, f->dilation,
-                                   /*transposed=*/false, std::vector<int64_t>(k, 0), groups, {false, true, false});
-      return result(std::get<1>(grads).transpose(0, 1));
+      at::Tensor g_out = go.transpose(0, 1);
+      auto grad_rows = [&](int64_t lo, int64_t hi) {  // output channels [lo, hi) of the weight gradient
+        std::vector<int64_t> part = weight;
+        part[0] = hi - lo;
+        at::Tensor w = at::empty(part, x.options());  // only its sizes are read
+        return std::get<1>(at::convolution_backward(g_out.narrow(1, lo, hi - lo), x, w, std::nullopt, f->stride,
+                                                    f->padding, f->dilation, /*transposed=*/false,
+                                                    std::vector<int64_t>(k, 0), groups, {false, true, false}));
+      };
+      // Output channels are independent when there is one group: split by them.
+      at::Tensor grad = groups == 1 ? split_rows(weight, x.options(), macs, grad_rows) : grad_rows(0, o);
+      return result(grad.transpose(0, 1));
     };
   }
 
@@ -235,7 +283,10 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
       t = z;
     }
     if (explicit_pad) t = at::constant_pad_nd(t, pads, 0);
-    return result(at::convolution(t, w, std::nullopt, strides, conv_pad, rdil, /*transposed=*/false, out_pad, groups));
+    return result(split_rows(result_shape, t.options(), macs, [&](int64_t lo, int64_t hi) {  // by batch
+      return at::convolution(t.narrow(0, lo, hi - lo), w, std::nullopt, strides, conv_pad, rdil,
+                             /*transposed=*/false, out_pad, groups);
+    }));
   };
 }
 

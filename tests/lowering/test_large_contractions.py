@@ -1,0 +1,48 @@
+"""Large matmuls and convolutions on a stream worker, where the host runtime splits them across
+its kernel threads (by batch, rows or output channels), forward and backward, against CPU."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu import _C
+
+
+def _splits_possible() -> bool:
+    return (os.cpu_count() or 1) >= 2 and os.environ.get("TORCH_TPU_HOST_KERNEL_THREADS", "2") != "1"
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_large_matmuls_and_convolutions_match_cpu(mode: str) -> None:
+    torch.manual_seed(0)
+    a, b = torch.randn(301, 700, requires_grad=True), torch.randn(700, 157, requires_grad=True)
+    ba, bb = torch.randn(5, 100, 300, requires_grad=True), torch.randn(5, 300, 90, requires_grad=True)
+    x, w = torch.randn(8, 32, 24, 24, requires_grad=True), torch.randn(48, 32, 3, 3, requires_grad=True)
+
+    def run(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        a, b, ba, bb, x, w = tensors
+        mm, bmm = a @ b, torch.bmm(ba, bb)
+        conv = F.conv2d(x, w, padding=1)
+        strided = F.conv2d(x, w, stride=2)  # its input gradient is a transposed convolution
+        loss = mm.square().sum() + bmm.square().sum() + conv.square().sum() + strided.square().sum()
+        grads = torch.autograd.grad(loss, tensors)
+        return [mm, bmm, conv, strided, *grads]
+
+    leaves = [a, b, ba, bb, x, w]
+    want = run(leaves)
+    before = _C._host_kernel_splits()
+    with torch_tpu.mode(mode):
+        got = [t.cpu() for t in run([t.detach().to("tpu").requires_grad_() for t in leaves])]
+    if _splits_possible():
+        # mm, bmm, two convolutions forward; their gradients: at least as many again.
+        assert _C._host_kernel_splits() - before >= 8
+    for g, e in zip(got, want):
+        # float32 sums of up to 4608 products, added in another order than CPU's kernels (the
+        # same happens unsplit, TORCH_TPU_HOST_KERNEL_THREADS=1): errors scale with the largest
+        # values, so the absolute tolerance does too.
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5 * e.abs().max().item())
