@@ -226,6 +226,8 @@ uint64_t enqueue_unflushed(const c10::Stream& stream, std::unique_ptr<Work> work
   return queue_of(stream).enqueue(std::move(work));
 }
 
+void wait_for_ticket(const c10::Stream& stream, uint64_t ticket) { queue_of(stream).wait(ticket); }
+
 uint64_t enqueue_fn(const c10::Stream& stream, std::function<void()> fn) {
   return enqueue(stream, std::make_unique<FnWork>(std::move(fn)));
 }

@@ -41,6 +41,9 @@ uint64_t enqueue(const c10::Stream& stream, std::unique_ptr<Work> work);
 // Enqueues without flushing pending fused work first (the fused engine's own flush uses it).
 uint64_t enqueue_unflushed(const c10::Stream& stream, std::unique_ptr<Work> work);
 uint64_t enqueue_fn(const c10::Stream& stream, std::function<void()> fn);
+// Blocks until the stream has run its work up to `ticket` (enqueue's return value); does not
+// re-raise errors (the next enqueue or synchronization does).
+void wait_for_ticket(const c10::Stream& stream, uint64_t ticket);
 // Blocks until everything enqueued so far has run, then re-raises a pending error.
 void synchronize_stream(const c10::Stream& stream);
 // True if the stream has no unfinished work (lock-free; used on the per-op path).
