@@ -56,6 +56,14 @@ def check(op, *args, atol=None, rtol=None, **kwargs) -> None:
 
 # -- unary ----------------------------------------------------------------------------------
 
+def _finite_for_gelu(x: torch.Tensor) -> torch.Tensor:
+    """x with +-inf replaced. ATen's erf-gelu gives NaN at +inf in its vectorized loop but the
+    limit (+inf) in its scalar tail (gelu(tensor([inf])) is inf, 16 infs give 16 NaNs); the
+    lowering gives the limit. Which loop an element falls in (and so the expected value) has
+    differed between our CI machines, so infinities are left out of gelu's comparison."""
+    return x.masked_fill(x.isinf(), 0.5) if x.dtype.is_floating_point else x
+
+
 UNARY = ["abs", "neg", "sign", "sgn", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
          "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
          "erfc", "erfinv", "lgamma", "digamma", "sigmoid", "floor", "ceil", "round", "trunc", "frac",
@@ -68,7 +76,8 @@ UNARY = ["abs", "neg", "sign", "sgn", "sqrt", "rsqrt", "exp", "exp2", "expm1", "
 @pytest.mark.parametrize("name", UNARY)
 def test_unary(name: str, dtype: torch.dtype) -> None:
     op = getattr(aten, name).default
-    check(op, make(dtype))
+    x = make(dtype)
+    check(op, _finite_for_gelu(x) if name == "gelu" else x)
 
 
 def test_unary_exact_special_cases() -> None:
@@ -332,7 +341,7 @@ def test_linspace_logspace(steps: int, dtype) -> None:
 def test_activations(dtype: torch.dtype) -> None:
     x = make(dtype, (4, 6), seed=25, low=-6, high=6)
     g = make(dtype, (4, 6), seed=26, special=False)
-    check(aten.gelu.default, x)
+    check(aten.gelu.default, _finite_for_gelu(x))
     check(aten.gelu.default, x, approximate="tanh")
     check(aten.gelu_backward.default, g, x)
     check(aten.gelu_backward.default, g, x, approximate="tanh")

@@ -801,8 +801,13 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   }
   if (numel_ == 0) return;
   const int64_t tile = tile_, num_tiles = (numel_ + tile - 1) / tile, stride = slot_stride_, row = row_;
-  std::vector<bool> uniform(inputs_.size());
-  for (size_t i = 0; i < inputs_.size(); ++i) uniform[i] = inputs_[i].one_element || in_acc[i].uniform();
+  std::vector<bool> uniform(inputs_.size()), in_place(inputs_.size());
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    uniform[i] = inputs_[i].one_element || in_acc[i].uniform();
+    // Contiguous float32 operands are read where they lie instead of copied into a buffer: no
+    // instruction writes an input's slot (build() never reuses one).
+    in_place[i] = !uniform[i] && in_acc[i].dtype == at::kFloat && in_acc[i].contiguous();
+  }
 
   const bool use_sleef = sleef().unary[kExp] != nullptr;
   auto run_tiles = [&](int64_t t0, int64_t t1) {
@@ -813,7 +818,10 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     const size_t need = static_cast<size_t>(num_slots_) * stride;
     if (scratch.size() < need) scratch.assign(need, 0.f);
     float* buf = scratch.data();
-    auto slot = [&](int16_t s) { return s < 0 ? nullptr : buf + s * stride; };
+    thread_local std::vector<float*> slot_ptr;  // where each slot's values are this tile
+    slot_ptr.resize(static_cast<size_t>(num_slots_));
+    for (int16_t s = 0; s < num_slots_; ++s) slot_ptr[s] = buf + s * stride;
+    auto slot = [&](int16_t s) { return s < 0 ? nullptr : slot_ptr[s]; };
     // Splats and uniform inputs are the same for every tile: filled once.
     for (auto [s, v] : splats_) std::fill_n(slot(s), tile, v);
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -829,7 +837,15 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t start = t * tile, n = std::min(tile, numel_ - start), n8 = (n + 7) / 8 * 8;
       for (size_t i = 0; i < inputs_.size(); ++i) {
-        if (!uniform[i]) load(in_acc[i], start, n, slot(inputs_[i].slot));
+        if (uniform[i]) continue;
+        const int16_t s = inputs_[i].slot;
+        // In place only while the 8-lane rounding reads inside the operand (not the last tile).
+        if (in_place[i] && start + n8 <= numel_) {
+          slot_ptr[s] = reinterpret_cast<float*>(in_acc[i].base) + start;
+          continue;
+        }
+        slot_ptr[s] = buf + s * stride;
+        load(in_acc[i], start, n, slot_ptr[s]);
       }
       // Lanes past n hold stale data from earlier tiles or runs (or zeros): computed, never stored.
       for (const Instr& in : program_) {
