@@ -16,7 +16,8 @@
 //    cluster's stored member). A broadcast_in_dim member reads its external operand with stride
 //    0 along broadcast dimensions. External operands and destinations may be arbitrarily
 //    strided: dims are coalesced at run time; a contiguous run is a converting copy, the rest a
-//    strided gather (and scatter for strided destinations).
+//    strided gather (and scatter for strided destinations). A contiguous float32 operand is
+//    not copied at all: its tiles are read where they lie (input buffers are never written).
 //  * Members are evaluated by simple loops over float buffers in fixed-width groups of 8, which
 //    GCC vectorizes at -O2; the loop function is cloned for AVX2 (chosen at load time by the
 //    ifunc resolver). Transcendentals use the 8-wide 1-ulp SLEEF functions that libtorch_cpu
