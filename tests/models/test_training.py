@@ -9,6 +9,7 @@ autocast.
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -73,8 +74,13 @@ def test_training_matches_cpu(kind: str, mode: str) -> None:
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-3, atol=1e-3)
     if kind == "gpt":  # the text data is learnable; the MLP/CNN labels are random
         assert losses[-1] < losses[0]
+    # Adam normalizes each step, so a weight whose gradient is ~0 moves by up to the learning
+    # rate in a direction rounding noise picks. XLA's CPU backend (the JAX runtime,
+    # tests/stablehlo/test_jax_training.py) orders its fused reductions differently again: on an
+    # AVX512 machine 5 of 3072 qkv weights ended 1.26e-3 from CPU's after 20 fused steps.
+    atol = 2e-3 if os.environ.get("TORCH_TPU_RUNTIME") == "jax" else 1e-3
     for name in ref_state:
-        torch.testing.assert_close(state[name], ref_state[name], rtol=1e-3, atol=1e-3,
+        torch.testing.assert_close(state[name], ref_state[name], rtol=1e-3, atol=atol,
                                    msg=lambda m, name=name: f"{name}: {m}")
 
 
