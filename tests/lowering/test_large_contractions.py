@@ -46,3 +46,13 @@ def test_large_matmuls_and_convolutions_match_cpu(mode: str) -> None:
         # same happens unsplit, TORCH_TPU_HOST_KERNEL_THREADS=1): errors scale with the largest
         # values, so the absolute tolerance does too.
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5 * e.abs().max().item())
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_empty_products_match_cpu(mode: str) -> None:
+    # The contraction kernel's batch and row splitting must leave empty operands alone.
+    shapes = [((0, 3, 4), (0, 4, 5)), ((2, 0, 4), (2, 4, 5)), ((2, 3, 0), (2, 0, 5)), ((3, 0), (0, 2)), ((0, 4), (4, 2))]
+    with torch_tpu.mode(mode):
+        for sa, sb in shapes:
+            a, b = torch.randn(sa), torch.randn(sb)
+            torch.testing.assert_close(torch.matmul(a.to("tpu"), b.to("tpu")).cpu(), torch.matmul(a, b))

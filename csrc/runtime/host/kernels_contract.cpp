@@ -35,6 +35,7 @@ using ir::OpKind;
 // Plain matrix products go to mm (strided operands straight to BLAS), which beats a batch of one.
 void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor& rhs) {
   const int64_t B = res.size(0), M = res.size(1), N = res.size(2), K = lhs.size(2);
+  if (B == 0) return;  // no matrices (rows below would count M of them)
   // The size split_parts compares with its elementwise threshold: a BLAS multiply-add costs
   // about 1/64 of an element of an elementwise kernel. Measured (bench/fused_vs_strict.py): rows
   // of a GPT-2-width step (M*N*K of 12M-450M) run 1.35x faster split; TinyGPT's products (1M-4M)
