@@ -2,6 +2,7 @@
 #include "runtime/host/fusion.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <c10/util/Half.h>
 #include <dlfcn.h>
 #if defined(__x86_64__)
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -327,9 +329,18 @@ void round_f16(float* d, int64_t n) {
 using Sleef1 = __m256 (*)(__m256);
 using Sleef2 = __m256 (*)(__m256, __m256);
 
+using Sleef1x16 = __m512 (*)(__m512);
+using Sleef2x16 = __m512 (*)(__m512, __m512);
+
+// The 8-wide functions (AVX2), and on machines where ATen runs its AVX512 kernels the 16-wide
+// ones too: SLEEF's u10 algorithms give the same bits at either width (ATen's tanh, exp, log,
+// sin, cos, erf, expm1, log1p, atan and sigmoid agreed on 2.3M inputs under
+// ATEN_CPU_CAPABILITY=avx2 and avx512), and the wider ones take half the instructions.
 struct SleefTable {
   Sleef1 unary[kNoOp] = {};
   Sleef2 binary[kNoOp] = {};
+  Sleef1x16 unary16[kNoOp] = {};
+  Sleef2x16 binary16[kNoOp] = {};
 };
 
 const SleefTable& sleef() {
@@ -351,9 +362,32 @@ const SleefTable& sleef() {
     // Logistic and cbrt are built from exp and pow, like ATen's kernels.
     t.unary[kLogistic] = t.unary[kExp];
     t.binary[kCbrt] = t.binary[kPow];
+    if (__builtin_cpu_supports("avx512f") && at::get_cpu_capability() == "AVX512") {
+      auto wide = [](std::string name) { return name.replace(name.find("f8"), 2, "f16"); };
+      for (auto [op, name] : unary) t.unary16[op] = reinterpret_cast<Sleef1x16>(find(wide(name).c_str()));
+      for (auto [op, name] : binary) t.binary16[op] = reinterpret_cast<Sleef2x16>(find(wide(name).c_str()));
+    }
     return t;
   }();
   return table;
+}
+
+// The 16-wide part of a plain unary or binary SLEEF op: elements [0, returned) of n, a multiple
+// of 16 (never past n: operands may be external memory read in place).
+[[gnu::target("avx512f")]] int64_t exec_sleef16(const SleefTable& t, uint8_t op, float* __restrict d,
+                                                const float* __restrict a, const float* __restrict b, int64_t n) {
+  const int64_t n16 = n / 16 * 16;
+  if (t.unary16[op]) {
+    for (int64_t i = 0; i < n16; i += 16) _mm512_storeu_ps(d + i, t.unary16[op](_mm512_loadu_ps(a + i)));
+    return n16;
+  }
+  if (t.binary16[op]) {
+    for (int64_t i = 0; i < n16; i += 16) {
+      _mm512_storeu_ps(d + i, t.binary16[op](_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    }
+    return n16;
+  }
+  return 0;
 }
 
 // Runs `op` with SLEEF if the table has it; false otherwise. n is a multiple of 8.
@@ -380,11 +414,13 @@ const SleefTable& sleef() {
     return true;
   }
   if (op < kNoOp && t.unary[op]) {
-    for (int64_t i = 0; i < n; i += 8) _mm256_storeu_ps(d + i, t.unary[op](_mm256_loadu_ps(a + i)));
+    for (int64_t i = exec_sleef16(t, op, d, a, b, n); i < n; i += 8) {
+      _mm256_storeu_ps(d + i, t.unary[op](_mm256_loadu_ps(a + i)));
+    }
     return true;
   }
   if (op < kNoOp && t.binary[op]) {
-    for (int64_t i = 0; i < n; i += 8) {
+    for (int64_t i = exec_sleef16(t, op, d, a, b, n); i < n; i += 8) {
       _mm256_storeu_ps(d + i, t.binary[op](_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
     }
     return true;

@@ -20,8 +20,9 @@
 //    not copied at all: its tiles are read where they lie (input buffers are never written).
 //  * Members are evaluated by simple loops over float buffers in fixed-width groups of 8, which
 //    GCC vectorizes at -O2; the loop function is cloned for AVX2 (chosen at load time by the
-//    ifunc resolver). Transcendentals use the 8-wide 1-ulp SLEEF functions that libtorch_cpu
-//    exports (looked up with dlsym), else std:: per element; both may differ from ATen's
+//    ifunc resolver). Transcendentals use the 1-ulp SLEEF functions that libtorch_cpu
+//    exports (looked up with dlsym; 16 lanes at a time where ATen runs its AVX512 kernels, else
+//    8: both widths give the same bits), else std:: per element; both may differ from ATen's
 //    kernels in the last float bit. Arithmetic, compare, select and convert are bit-exact.
 //    Tiles are split across ATen's intra-op thread pool like ATen's own elementwise kernels.
 //  * Row clusters (reductions with their prologue and epilogue): a cluster may also hold f32
