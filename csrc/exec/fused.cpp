@@ -725,15 +725,16 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
   return work;
 }
 
+// Work queued per stream behind a new graph is bounded (mostly graphs, in fused mode): a graph
+// holds its tensors (the dead ones too) until it has run, so a host racing dozens of 64-op graphs
+// ahead of the device keeps a whole step's freed memory alive (GPT-2 width: fused peak 86 MiB vs
+// strict's 69 MiB with no bound). Two queued graphs already keep the device busy while the host
+// records the next one.
+constexpr uint64_t kMaxQueuedGraphs = 2;
+
 // Always on the stream's worker, even when the host is about to wait: the worker runs ATen with
 // one OpenMP thread, while the calling thread's OpenMP team would spin-wait against it (and
 // against the next step's recording) on a small machine.
-// Graphs queued per stream are few: a graph holds its tensors (the dead ones too) until it has
-// run, so a host racing dozens of 64-op graphs ahead of the device keeps a whole step's freed
-// memory alive (GPT-2 width: fused peak 86 MiB vs strict's 69 MiB with no bound). Two queued
-// graphs already keep the device busy while the host records the next one.
-constexpr uint64_t kMaxQueuedGraphs = 2;
-
 void run_work(std::unique_ptr<FusedWork> work, const c10::Stream& stream) {
   const uint64_t ticket = device::enqueue_unflushed(stream, std::move(work));
   if (ticket > kMaxQueuedGraphs) device::wait_for_ticket(stream, ticket - kMaxQueuedGraphs);

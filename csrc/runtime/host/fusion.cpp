@@ -837,12 +837,17 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   }
   if (numel_ == 0) return;
   const int64_t tile = tile_, num_tiles = (numel_ + tile - 1) / tile, stride = slot_stride_, row = row_;
-  std::vector<bool> uniform(inputs_.size()), in_place(inputs_.size());
+  // How each input reaches its slot: filled once (one value for every tile), read where it lies
+  // (contiguous float32: no instruction writes an input's slot, build() never reuses one), or
+  // loaded per tile. On the stack for clusters of up to 16 inputs: no allocation per run.
+  enum InputMode : uint8_t { kLoadPerTile, kUniform, kInPlace };
+  c10::SmallVector<uint8_t, 16> mode(inputs_.size(), kLoadPerTile);
   for (size_t i = 0; i < inputs_.size(); ++i) {
-    uniform[i] = inputs_[i].one_element || in_acc[i].uniform();
-    // Contiguous float32 operands are read where they lie instead of copied into a buffer: no
-    // instruction writes an input's slot (build() never reuses one).
-    in_place[i] = !uniform[i] && in_acc[i].dtype == at::kFloat && in_acc[i].contiguous();
+    if (inputs_[i].one_element || in_acc[i].uniform()) {
+      mode[i] = kUniform;
+    } else if (in_acc[i].dtype == at::kFloat && in_acc[i].contiguous()) {
+      mode[i] = kInPlace;
+    }
   }
 
   const bool use_sleef = sleef().unary[kExp] != nullptr;
@@ -861,7 +866,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     // Splats and uniform inputs are the same for every tile: filled once.
     for (auto [s, v] : splats_) std::fill_n(slot(s), tile, v);
     for (size_t i = 0; i < inputs_.size(); ++i) {
-      if (!uniform[i]) continue;
+      if (mode[i] != kUniform) continue;
       float v;
       load(in_acc[i], 0, 1, &v);
       std::fill_n(slot(inputs_[i].slot), tile, v);
@@ -873,10 +878,10 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t start = t * tile, n = std::min(tile, numel_ - start), n8 = (n + 7) / 8 * 8;
       for (size_t i = 0; i < inputs_.size(); ++i) {
-        if (uniform[i]) continue;
+        if (mode[i] == kUniform) continue;
         const int16_t s = inputs_[i].slot;
         // In place only while the 8-lane rounding reads inside the operand (not the last tile).
-        if (in_place[i] && start + n8 <= numel_) {
+        if (mode[i] == kInPlace && start + n8 <= numel_) {
           slot_ptr[s] = reinterpret_cast<float*>(in_acc[i].base) + start;
           continue;
         }
@@ -913,9 +918,9 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   // with enough work (elements x instructions, compared like an elementwise kernel's elements)
   // splits its tiles across the kernel threads instead (kernel_threads.h).
   const int64_t work = numel_ * std::max<int64_t>(1, static_cast<int64_t>(program_.size()) / 2);
-  const int parts = static_cast<int>(std::min<int64_t>(split_parts(work), num_tiles));
+  const int parts = split_parts(work, num_tiles);
   if (parts > 1) {
-    run_split(parts, [&](int part) { run_tiles(num_tiles * part / parts, num_tiles * (part + 1) / parts); });
+    run_split_rows(parts, num_tiles, run_tiles);
   } else {
     at::parallel_for(0, num_tiles, std::max<int64_t>(1, at::internal::GRAIN_SIZE / tile), run_tiles);
   }

@@ -98,6 +98,14 @@ int split_parts(int64_t numel) {
   return configured_threads();
 }
 
+int split_parts(int64_t numel, int64_t rows) {
+  return static_cast<int>(std::min<int64_t>(split_parts(numel), std::max<int64_t>(rows, 1)));
+}
+
+void run_split_rows(int parts, int64_t rows, const std::function<void(int64_t lo, int64_t hi)>& fn) {
+  run_split(parts, [&](int part) { fn(rows * part / parts, rows * (part + 1) / parts); });
+}
+
 void run_split(int parts, const std::function<void(int part)>& fn) {
   Pool& p = pool();
   std::unique_lock<std::mutex> busy(p.busy, std::try_to_lock);

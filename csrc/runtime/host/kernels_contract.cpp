@@ -36,13 +36,8 @@ using ir::OpKind;
 void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor& rhs) {
   const int64_t B = res.size(0), M = res.size(1), N = res.size(2), K = lhs.size(2);
   if (B == 0) return;  // no matrices (rows below would count M of them)
-  // The size split_parts compares with its elementwise threshold: a BLAS multiply-add costs
-  // about 1/64 of an element of an elementwise kernel. Measured (bench/fused_vs_strict.py): rows
-  // of a GPT-2-width step (M*N*K of 12M-450M) run 1.35x faster split; TinyGPT's products (1M-4M)
-  // ran 7% slower when split from 1M up, and break even from 8M.
-  const int64_t work = B * M * N * K / 64;
   const int64_t rows = B > 1 ? B : M;
-  const int parts = static_cast<int>(std::min<int64_t>(split_parts(work), rows));
+  const int parts = split_parts(B * M * N * K / kMultiplyAddsPerElement, rows);
   auto block = [&](int64_t lo, int64_t hi) {
     if (B == 1) {
       at::Tensor r2 = res.select(0, 0).narrow(0, lo, hi - lo);
@@ -53,22 +48,19 @@ void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor&
     }
   };
   if (parts <= 1) return block(0, rows);
-  run_split(parts, [&](int part) { block(rows * part / parts, rows * (part + 1) / parts); });
+  run_split_rows(parts, rows, block);
 }
 
 // A result of `shape` whose rows (dim 0) are independent, computed by rows(lo, hi) (rows [lo,
-// hi) of it). With enough multiply-adds (weighed as in matmul_into), the rows are split across
+// hi) of it). With enough multiply-adds (kMultiplyAddsPerElement), the rows are split across
 // the kernel threads, each block computed by its own call and copied into place.
 at::Tensor split_rows(const std::vector<int64_t>& shape, const at::TensorOptions& options, int64_t multiply_adds,
                       const std::function<at::Tensor(int64_t, int64_t)>& rows) {
   const int64_t n = shape[0];
-  const int parts = static_cast<int>(std::min<int64_t>(split_parts(multiply_adds / 64), n));
+  const int parts = split_parts(multiply_adds / kMultiplyAddsPerElement, n);
   if (parts <= 1) return rows(0, n);
   at::Tensor y = at::empty(shape, options);
-  run_split(parts, [&](int part) {
-    const int64_t lo = n * part / parts, hi = n * (part + 1) / parts;
-    y.narrow(0, lo, hi - lo).copy_(rows(lo, hi));
-  });
+  run_split_rows(parts, n, [&](int64_t lo, int64_t hi) { y.narrow(0, lo, hi - lo).copy_(rows(lo, hi)); });
   return y;
 }
 

@@ -207,12 +207,12 @@ Kernel split_large(const ir::Node& n, Kernel whole, Kernel chunk) {
   if (!whole || n.shape.empty() || n.shape[0] < 2 || numel < kSplitMinElements) return whole;
   return [whole = std::move(whole), chunk = std::move(chunk), operands = n.operands, shape = n.shape,
           dtype = to_aten(n.dtype), numel](const Values& v, at::Tensor* out) {
-    const int parts = static_cast<int>(std::min<int64_t>(split_parts(numel), shape[0]));
+    const int64_t rows = shape[0];
+    const int parts = split_parts(numel, rows);
     if (parts <= 1) return whole(v, out);
     at::Tensor dst = out ? *out : at::empty(shape, at::TensorOptions().dtype(dtype));
-    const int64_t rows = shape[0];
-    run_split(parts, [&](int part) {
-      const int64_t begin = rows * part / parts, len = rows * (part + 1) / parts - begin;
+    run_split_rows(parts, rows, [&](int64_t begin, int64_t end) {
+      const int64_t len = end - begin;
       Values args;
       args.reserve(operands.size());
       for (int32_t id : operands) {
