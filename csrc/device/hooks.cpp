@@ -106,9 +106,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     if (keep == 0 && old) {
       // Nothing to copy (FSDP2 frees and re-allocates parameters with storage.resize_(0/n)):
       // queued work may still use the old memory, so it returns to the allocator once every
-      // busy stream of the device passed this point, without a host wait. (A host wait here
-      // runs with the GIL held, and a stream worker dropping the last reference of a tensor
-      // whose Python object C++ owns needs the GIL: a deadlock.)
+      // busy stream of the device passed this point, without a host wait (this runs with the
+      // GIL held: a wait would have to release it, common/blocking_wait.h).
       auto retired = std::make_shared<c10::DataPtr>(std::move(old));
       for (int id = 0; id <= kStreamPoolSize; ++id) {
         c10::Stream s(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/blocking_wait.h"
 #include "common/check.h"
 #include "device/device.h"
 #include "runtime/runtime.h"
@@ -50,6 +51,7 @@ class StreamQueue {
 
   void wait(uint64_t ticket) {
     if (completed_.load() >= ticket) return;
+    BlockingWait unblock_python;  // the worker may need the GIL to finish (common/blocking_wait.h)
     std::unique_lock<std::mutex> lk(mu_);
     waiters_++;
     cv_done_.wait(lk, [&] { return completed_.load() >= ticket; });

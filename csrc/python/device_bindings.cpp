@@ -2,6 +2,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "common/blocking_wait.h"
 #include "device/allocator.h"
 #include "device/device.h"
 #include "device/generator.h"
@@ -11,9 +12,21 @@
 namespace py = pybind11;
 
 namespace torch_tpu::python {
+namespace {
+
+// The GIL side of common/blocking_wait.h.
+void* release_gil_if_held() {
+  if (Py_IsInitialized() == 0 || PyGILState_Check() == 0) return nullptr;
+  return PyEval_SaveThread();
+}
+void reacquire_gil(void* thread_state) { PyEval_RestoreThread(static_cast<PyThreadState*>(thread_state)); }
+constexpr BlockingWaitHooks kGilHooks{release_gil_if_held, reacquire_gil};
+
+}  // namespace
 
 void init_device_bindings(py::module_& m) {
   using namespace torch_tpu::device;
+  set_blocking_wait_hooks(&kGilHooks);
   m.def("_device_count", [] { return static_cast<int>(count()); });
   m.def("_current_device", [] { return static_cast<int>(current()); });
   m.def("_set_device", [](int i) { set_current(static_cast<c10::DeviceIndex>(i)); });

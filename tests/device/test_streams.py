@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import torch
@@ -133,3 +135,30 @@ def test_error_on_side_stream_surfaces_on_sync() -> None:
         raise AssertionError("the queued error was not re-raised by Stream.synchronize()")
     del bad
     s.synchronize()  # not sticky
+
+
+# The stream queue holds at most 64 items, so the resizes below wait for the worker while
+# PyTorch holds the GIL (storage.resize_ calls the allocator's resize under it), and the worker
+# needs the GIL to drop its references to `x`, which has a Python object (torch >= 2.10 increfs
+# and decrefs that object whenever the C++ reference count crosses 1 <-> 2). FSDP2 frees and
+# re-allocates parameters exactly like this; it hung in CI before host waits released the GIL.
+_GIL_HELD_WAIT = """
+import torch, torch_tpu
+x = torch.randn(256, 256).to("tpu")
+p = torch.empty(1000, device="tpu")
+for trial in range(3):
+    for i in range(200):
+        y = torch.tanh(x @ x)
+    for i in range(100):
+        p.untyped_storage().resize_(0)
+        p.untyped_storage().resize_(4000)
+torch.tpu.synchronize()
+assert torch.allclose(y.cpu(), torch.tanh(x.cpu() @ x.cpu()), atol=1e-5)
+print("done")
+"""
+
+
+def test_wait_with_gil_held_does_not_deadlock() -> None:
+    # In a child process, so a deadlock fails this test (timeout) instead of hanging the suite.
+    r = subprocess.run([sys.executable, "-c", _GIL_HELD_WAIT], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "done", r.stdout + r.stderr

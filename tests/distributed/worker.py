@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import copy
 import datetime
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -501,8 +503,10 @@ PHASES = {"collectives": phase_collectives, "mpmd": phase_mpmd, "ddp": phase_ddp
 
 
 def main() -> None:
+    # torchrun terminates the other ranks when one fails: a rank that hung says where (every
+    # thread's Python stack goes to stderr, which the test's failure message includes).
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     if os.environ.get("TPU_TEST_DUMP_AFTER"):  # debugging a hang: every thread's stack to stderr
-        import faulthandler
         faulthandler.dump_traceback_later(float(os.environ["TPU_TEST_DUMP_AFTER"]), exit=False)
     torch.tpu.set_device(LOCAL_RANK)
     timeout = datetime.timedelta(seconds=float(os.environ.get("TPU_TEST_PG_TIMEOUT", "60")))

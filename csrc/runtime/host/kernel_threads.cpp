@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/blocking_wait.h"
 #include "common/config.h"
 
 namespace torch_tpu::runtime::host {
@@ -140,6 +141,7 @@ void run_split(int parts, const std::function<void(int part)>& fn) {
   }
   t_in_split = false;
   {
+    BlockingWait unblock_python;  // a helper copying Python modes of `state` needs the GIL
     std::unique_lock<std::mutex> lk(p.mu);
     p.cv_done.wait(lk, [&] { return p.pending == 0; });
     if (!err) err = p.error;
