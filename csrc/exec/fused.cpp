@@ -36,7 +36,9 @@ struct Source {
 // One input binding of the composed program: a memory load or a runtime scalar.
 struct Slot {
   runtime::Binding binding;
-  at::Tensor tensor;                      // loads: keeps the memory alive until the flush ran
+  // Loads: keeps the memory alive until the flush ran. The storage, not the tensor: dropping a
+  // tensor that has a Python object takes the GIL on the stream worker.
+  StorageStrong keep;
   c10::StorageImpl* storage = nullptr;    // loads only
   int32_t op = -1;
 };
@@ -609,7 +611,7 @@ struct FusedWork final : device::Work {
   std::shared_ptr<FusedProgram> program;
   std::vector<runtime::Binding> inputs;
   std::vector<runtime::OutputTarget> outputs;
-  std::vector<at::Tensor> loads;
+  std::vector<StorageStrong> loads;
   std::vector<StorageStrong> stored;
   // Per recorded op, for error messages only (names are built when something fails).
   std::vector<const OpInfo*> ops;
@@ -704,7 +706,7 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
   for (size_t j = 0; j < p.slots.size(); ++j) {
     work->inputs.push_back(std::move(p.slots[j].binding));
     work->inputs.back().snapshot = fp->snapshot[j] != 0;
-    if (p.slots[j].tensor.defined()) work->loads.push_back(std::move(p.slots[j].tensor));
+    if (p.slots[j].keep) work->loads.push_back(std::move(p.slots[j].keep));
   }
   for (size_t s = 0; s < p.stores.size(); ++s) {
     if (!live[s]) continue;
@@ -852,8 +854,8 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
       slot.op = k;
       if (binding.kind == runtime::Binding::Kind::Tensor) {
         const at::Tensor& t = call.tensors[b];
-        slot.tensor = t;
         slot.storage = t.storage().unsafeGetStorageImpl();
+        slot.keep = StorageStrong::reclaim_copy(slot.storage);
         StorageState& ss = p.storages[slot.storage];
         p.mix(-1 - ss.last_load_slot);  // which earlier loads share this memory (snapshot analysis)
         ss.last_load_slot = static_cast<int32_t>(p.slots.size());
