@@ -377,6 +377,14 @@ const SleefTable& sleef() {
 [[gnu::target("avx512f")]] int64_t exec_sleef16(const SleefTable& t, uint8_t op, float* __restrict d,
                                                 const float* __restrict a, const float* __restrict b, int64_t n) {
   const int64_t n16 = n / 16 * 16;
+  if (op == kLogistic && t.unary16[kExp]) {  // 1 / (1 + exp(-x)), as the 8-wide loop does
+    const __m512 one = _mm512_set1_ps(1.f), zero = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n16; i += 16) {
+      __m512 e = t.unary16[kExp](_mm512_sub_ps(zero, _mm512_loadu_ps(a + i)));
+      _mm512_storeu_ps(d + i, _mm512_div_ps(one, _mm512_add_ps(one, e)));
+    }
+    return n16;
+  }
   if (t.unary16[op]) {
     for (int64_t i = 0; i < n16; i += 16) _mm512_storeu_ps(d + i, t.unary16[op](_mm512_loadu_ps(a + i)));
     return n16;
@@ -396,7 +404,7 @@ const SleefTable& sleef() {
   const SleefTable& t = sleef();
   if (op == kLogistic && t.unary[kExp]) {  // 1 / (1 + exp(-x))
     const __m256 one = _mm256_set1_ps(1.f), zero = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) {
+    for (int64_t i = exec_sleef16(t, op, d, a, b, n); i < n; i += 8) {
       __m256 e = t.unary[kExp](_mm256_sub_ps(zero, _mm256_loadu_ps(a + i)));
       _mm256_storeu_ps(d + i, _mm256_div_ps(one, _mm256_add_ps(one, e)));
     }
