@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torch_tpu
 import torch_tpu.lowering  # noqa: F401
 from torch_tpu.lowering.testing import ReferenceMode, run_reference
 
@@ -42,11 +43,20 @@ def test_softmax_family(dim: int, dtype: torch.dtype) -> None:
 
 
 def test_safe_softmax_masked_rows() -> None:
-    x = torch.randn(3, 4)
-    x[1] = float("-inf")
-    got = run_reference(aten._safe_softmax.default, x, -1)
-    torch.testing.assert_close(got, aten._safe_softmax(x, -1))
-    assert torch.equal(got[1], torch.zeros(4))
+    x = torch.randn(5, 4)
+    x[1] = float("-inf")  # fully masked: zeros
+    x[2, :2] = float("-inf")  # partly masked
+    x[3, 0] = float("nan")  # NaN row stays NaN
+    x[4] = float("-inf")
+    x[4, 3] = float("nan")  # -inf and NaN: not "all -inf", so NaN
+    for dim in (-1, 0):
+        want = aten._safe_softmax(x, dim)
+        got = run_reference(aten._safe_softmax.default, x, dim)
+        torch.testing.assert_close(got, want, equal_nan=True)
+        for mode in ("strict", "fused"):
+            with torch_tpu.mode(mode):
+                torch.testing.assert_close(aten._safe_softmax(x.to("tpu"), dim).cpu(), want, equal_nan=True)
+    assert torch.equal(aten._safe_softmax(x, -1)[1], torch.zeros(4))
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

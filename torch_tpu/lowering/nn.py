@@ -84,10 +84,11 @@ def one_hot_select(b: GraphBuilder, idx: Value, n: int, dim: int, shape: Sequenc
 
 # -- softmax -----------------------------------------------------------------------------------
 
-def _softmax_core(b: GraphBuilder, x: Value, dim: int, log: bool) -> Value:
+def _softmax_core(b: GraphBuilder, x: Value, dim: int, log: bool, m: Value | None = None) -> Value:
+    """(Log-)softmax of x along dim; m: x's max along dim, when the caller has it already."""
     if x.rank == 0:
         return b.full(0.0 if log else 1.0, x.dtype, ())
-    m = rmax(b, x, [dim])
+    m = rmax(b, x, [dim]) if m is None else m
     shifted = b.sub(x, keep(b, x, [dim], m))
     # A row of -inf has max -inf and would give NaN from (-inf) - (-inf), as on CPU.
     e = b.exp(shifted)
@@ -121,11 +122,13 @@ def safe_softmax(b: GraphBuilder, x: Value, dim: int, dtype: torch.dtype | None)
     out_dtype = dtype or x.dtype
     dim = canonical_dim(dim, x.rank)
     xc = b.convert(b.convert(x, out_dtype), opmath(out_dtype))
-    y = _softmax_core(b, xc, dim, log=False)
     if x.rank == 0:
-        return b.convert(y, out_dtype)
-    ninf = full(b, -math.inf, xc.dtype, xc.shape)
-    masked = b.reduce(b.compare("eq", xc, ninf), "and", [dim])
+        return b.convert(_softmax_core(b, xc, dim, log=False), out_dtype)
+    # A row is all -inf exactly when its max is -inf (a NaN makes both false): the max softmax
+    # needs anyway answers it, instead of a second pass over the row and a bool tensor.
+    m = rmax(b, xc, [dim])
+    y = _softmax_core(b, xc, dim, log=False, m=m)
+    masked = b.compare("eq", m, full(b, -math.inf, m.dtype, m.shape))
     y = b.select(keep(b, xc, [dim], masked), full(b, 0, y.dtype, y.shape), y)
     return b.convert(y, out_dtype)
 
