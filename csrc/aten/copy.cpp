@@ -40,6 +40,15 @@ at::Tensor host_view(const at::Tensor& t, Access access) {
   return at::from_blob(data, t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU));
 }
 
+// A second TensorImpl over t's storage and geometry, without t's Python object or autograd
+// metadata. Queued work holds this instead of t: the stream worker dropping the last C++
+// reference of a tensor that has a Python object takes the GIL (common/blocking_wait.h).
+at::Tensor detached_alias(const at::Tensor& t) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(t.storage()), t.key_set(), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
 void wait_for(const at::Tensor& t) {
   device::FlushCauseScope cause(device::FlushCause::kHostRead);
   device::synchronize_stream(device::current_stream(t.device().index()));
@@ -59,7 +68,7 @@ void write_to_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
   at::Tensor staging = src_cpu.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
   if (staging.storage().is_alias_of(src_cpu.storage())) staging = staging.clone();
   device::enqueue_fn(device::current_stream(dst.device().index()),
-                     [dst, staging] { host_view(dst, Access::kWrite).copy_(staging); });
+                     [target = detached_alias(dst), staging] { host_view(target, Access::kWrite).copy_(staging); });
 }
 
 void copy_on_device(at::Tensor& self, const at::Tensor& src, bool non_blocking) {

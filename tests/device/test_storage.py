@@ -3,6 +3,8 @@ test_ops views)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -81,6 +83,25 @@ def test_copy_into_noncontiguous_view() -> None:
     expected[:, 1] = torch.tensor([7.0, 8.0, 9.0])
     expected[:, 3] = torch.tensor([1.0, 2.0, 3.0])
     torch.testing.assert_close(m.cpu(), expected)
+
+
+def test_cpu_copy_into_view_of_busy_tensor() -> None:
+    # Queued work still reads x, so each CPU -> tpu copy is queued behind it (on an alias of
+    # the view, not the view's own tensor): values, order and the view's geometry must hold.
+    x = _tpu(torch.zeros(64, 64))
+    view = x.t()[2:10]  # non-contiguous, with a storage offset
+    src = torch.arange(8 * 64, dtype=torch.float64).view(8, 64)  # converted to float32 too
+    outs = []
+    for i in range(3):
+        outs.append(torch.tanh(x @ x + 1))  # reads x before this iteration's copy
+        view.copy_(src + i)
+    expected = torch.zeros(64, 64)
+    expected.t()[2:10] = (src + 2).float()
+    torch.testing.assert_close(x.cpu(), expected)
+    torch.testing.assert_close(outs[0].cpu(), torch.full((64, 64), math.tanh(1.0)))
+    before_last = torch.zeros(64, 64)
+    before_last.t()[2:10] = (src + 1).float()
+    torch.testing.assert_close(outs[2].cpu(), torch.tanh(before_last @ before_last + 1))
 
 
 def test_noncontiguous_to_cpu_and_back() -> None:
