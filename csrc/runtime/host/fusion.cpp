@@ -147,12 +147,13 @@ Op node_op(const ir::Node& n, const ir::Graph& g) {
   }
 }
 
-// ---- tile loops: fixed groups of 8 so GCC vectorizes them at -O2 (n is a multiple of 8) ----
+// ---- tile loops: fixed groups of 8 or 16 so GCC vectorizes them at -O2 (n is a multiple of 8) ----
 
 // x, y, z: the operands' elements, loaded unconditionally so selects become vector blends.
+// G elements per group: 8 (one AVX2 vector) or 16 (one AVX512 vector); n is a multiple of G.
 #define TILE_LOOP(BODY)                     \
-  for (int64_t i0 = 0; i0 < n; i0 += 8) {   \
-    for (int64_t i = i0; i < i0 + 8; ++i) { \
+  for (int64_t i0 = 0; i0 < n; i0 += G) {   \
+    for (int64_t i = i0; i < i0 + G; ++i) { \
       BODY                                  \
     }                                       \
   }                                         \
@@ -162,8 +163,10 @@ Op node_op(const ir::Node& n, const ir::Graph& g) {
 #define EW3(EXPR) \
   TILE_LOOP(const float x = a[i]; const float y = b[i]; const float z = c[i]; d[i] = static_cast<float>(EXPR);)
 
-TPU_AVX2_CLONES void exec_op(uint8_t op, float* __restrict d, const float* __restrict a, const float* __restrict b,
-                             const float* __restrict c, int64_t n) {
+// Inlined into each target's entry point below, which decides the vector width.
+template <int64_t G>
+[[gnu::always_inline]] inline void exec_op_groups(uint8_t op, float* __restrict d, const float* __restrict a,
+                                                  const float* __restrict b, const float* __restrict c, int64_t n) {
   constexpr float kThird = static_cast<float>(1.0 / 3.0);  // ATen casts the double exponent
   switch (op) {
     // clang-format off
@@ -229,6 +232,29 @@ TPU_AVX2_CLONES void exec_op(uint8_t op, float* __restrict d, const float* __res
 #undef EW2
 #undef EW3
 #undef TILE_LOOP
+
+TPU_AVX2_CLONES void exec_op(uint8_t op, float* __restrict d, const float* __restrict a, const float* __restrict b,
+                             const float* __restrict c, int64_t n) {
+  exec_op_groups<8>(op, d, a, b, c, n);
+}
+
+#if defined(__x86_64__)
+bool avx512_lanes() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && at::get_cpu_capability() == "AVX512";
+  return yes;
+}
+
+// 16 lanes at a time where ATen runs its AVX512 kernels (the same condition as SLEEF's 16-wide
+// functions): the ops here are IEEE-exact or scalar library calls, so the bits do not change.
+[[gnu::target("avx512f")]] void exec_op_avx512(uint8_t op, float* __restrict d, const float* __restrict a,
+                                               const float* __restrict b, const float* __restrict c, int64_t n) {
+  const int64_t n16 = n / 16 * 16;
+  exec_op_groups<16>(op, d, a, b, c, n16);
+  if (n16 == n) return;
+  auto at = [n16](const float* p) { return p == nullptr ? p : p + n16; };
+  exec_op_groups<8>(op, d + n16, at(a), at(b), at(c), n - n16);
+}
+#endif
 
 // The summation order of every float32 row sum (fusion.h, row_sums): 32 lanes, lane j adding
 // elements j, j + 32, j + 64, ... in sequence (the last partial group of 32 zero-padded: +0.0
@@ -624,7 +650,12 @@ void exec_instr(const Cluster::Instr& instr, SlotFn slot, int64_t n, int64_t n8,
   if (in.pow_scalar) in.op = pow_as(slot(in.b)[0], in.b, in.a);
   float* d = slot(in.dst);
   if (!(use_sleef && exec_sleef(in.op, d, slot(in.a), slot(in.b), n8))) {
-    exec_op(in.op, d, slot(in.a), slot(in.b), slot(in.c), n8);
+#if defined(__x86_64__)
+    if (avx512_lanes())
+      exec_op_avx512(in.op, d, slot(in.a), slot(in.b), slot(in.c), n8);
+    else
+#endif
+      exec_op(in.op, d, slot(in.a), slot(in.b), slot(in.c), n8);
   }
   if (in.round == 1) round_bf16(d, n8);
   if (in.round == 2) round_f16(d, n);
