@@ -128,3 +128,24 @@ OPINFO = ["sum", "mean", "prod", "amax", "amin", ("max", "reduction_with_dim"), 
 def test_opinfo(entry):
     name, variant = (entry, "") if isinstance(entry, str) else entry
     opinfo_sweep(name, variant)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_bool_all_any_on_device(mode: str) -> None:
+    # The host runtime reduces bools as the min/max of their bytes (runtime/host/kernels_reduce.cpp).
+    import torch_tpu
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 4, 32, 33, generator=g)
+    x[1, 2, 3] = float("-inf")  # one fully masked row, as in SDPA's _safe_softmax
+    with torch_tpu.mode(mode):
+        xt = x.to("tpu")
+        for dims, keepdim in (([-1], True), ([0, 2], False), ([1], False)):
+            for src, dev in ((x, xt), (x.transpose(1, 3), xt.transpose(1, 3))):  # strided too
+                want_all = (src == float("-inf")).all(dim=dims, keepdim=keepdim)
+                want_any = (src > 2.5).any(dim=dims, keepdim=keepdim)
+                got_all = (dev == float("-inf")).all(dim=dims, keepdim=keepdim).cpu()
+                got_any = (dev > 2.5).any(dim=dims, keepdim=keepdim).cpu()
+                assert got_all.dtype == torch.bool and torch.equal(got_all, want_all)
+                assert got_any.dtype == torch.bool and torch.equal(got_any, want_any)
+        assert bool((xt == float("-inf")).all(dim=-1)[1, 2, 3].cpu())

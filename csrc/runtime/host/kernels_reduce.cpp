@@ -110,10 +110,21 @@ Kernel reduce_kernel(const ir::Graph& g, int32_t id, const ir::Node& n, const ir
       return [x, dims](const Values& v, at::Tensor* out) {
         return out ? at::amin_out(*out, v[x], dims) : at::amin(v[x], dims);
       };
+    // On bool, all/any are whether the min/max of the bytes is nonzero: ATen's bool all/any
+    // along a row of 32 took 96 us on [8, 4, 32, 32] (SDPA's masked-row test, every forward),
+    // amin on the bytes 25 us. An empty dims list keeps ATen's (no reduction).
     case ir::ReduceKind::kAnd:
-      return [x, dims](const Values& v, at::Tensor*) { return at::all(v[x], dims); };
+      return [x, dims](const Values& v, at::Tensor*) {
+        const at::Tensor& t = v[x];
+        if (t.scalar_type() == at::kBool && !dims.empty()) return at::amin(t.view(at::kByte), dims).ne(0);
+        return at::all(t, dims);
+      };
     case ir::ReduceKind::kOr:
-      return [x, dims](const Values& v, at::Tensor*) { return at::any(v[x], dims); };
+      return [x, dims](const Values& v, at::Tensor*) {
+        const at::Tensor& t = v[x];
+        if (t.scalar_type() == at::kBool && !dims.empty()) return at::amax(t.view(at::kByte), dims).ne(0);
+        return at::any(t, dims);
+      };
     default:
       return {};
   }
