@@ -39,7 +39,7 @@ struct Slot {
   // Loads: keeps the memory alive until the flush ran. The storage, not the tensor: dropping a
   // tensor that has a Python object takes the GIL on the stream worker.
   StorageStrong keep;
-  c10::StorageImpl* storage = nullptr;    // loads only
+  c10::StorageImpl* storage = nullptr;  // loads only
   int32_t op = -1;
 };
 
