@@ -1,4 +1,4 @@
-"""Reductions and scans: lowering (reference interpreter) vs PyTorch CPU."""
+"""Reductions and scans: lowering (reference interpreter) vs PyTorch CPU, and bool all/any on the device."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+import torch_tpu
 from opinfo_utils import check, opinfo_sweep
 from torch_tpu.lowering.testing import run_reference
 
@@ -133,8 +134,6 @@ def test_opinfo(entry):
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_bool_all_any_on_device(mode: str) -> None:
     # The host runtime reduces bools as the min/max of their bytes (runtime/host/kernels_reduce.cpp).
-    import torch_tpu
-
     g = torch.Generator().manual_seed(0)
     x = torch.randn(8, 4, 32, 33, generator=g)
     x[1, 2, 3] = float("-inf")  # one fully masked row, as in SDPA's _safe_softmax

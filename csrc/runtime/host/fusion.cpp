@@ -239,13 +239,16 @@ TPU_AVX2_CLONES void exec_op(uint8_t op, float* __restrict d, const float* __res
 }
 
 #if defined(__x86_64__)
+// Whether clusters compute 16 lanes at a time (the tile loops below and SLEEF's 16-wide
+// functions): where ATen runs its AVX512 kernels, so ATEN_CPU_CAPABILITY=avx2 selects 8 lanes
+// for both, as it does for ATen.
 bool avx512_lanes() {
   static const bool yes = __builtin_cpu_supports("avx512f") && at::get_cpu_capability() == "AVX512";
   return yes;
 }
 
-// 16 lanes at a time where ATen runs its AVX512 kernels (the same condition as SLEEF's 16-wide
-// functions): the ops here are IEEE-exact or scalar library calls, so the bits do not change.
+// The tile loops 16 lanes at a time: the ops here are IEEE-exact or scalar library calls, so
+// the bits are those of the 8-lane loops.
 [[gnu::target("avx512f")]] void exec_op_avx512(uint8_t op, float* __restrict d, const float* __restrict a,
                                                const float* __restrict b, const float* __restrict c, int64_t n) {
   const int64_t n16 = n / 16 * 16;
@@ -388,7 +391,7 @@ const SleefTable& sleef() {
     // Logistic and cbrt are built from exp and pow, like ATen's kernels.
     t.unary[kLogistic] = t.unary[kExp];
     t.binary[kCbrt] = t.binary[kPow];
-    if (__builtin_cpu_supports("avx512f") && at::get_cpu_capability() == "AVX512") {
+    if (avx512_lanes()) {
       auto wide = [](std::string name) { return name.replace(name.find("f8"), 2, "f16"); };
       for (auto [op, name] : unary) t.unary16[op] = reinterpret_cast<Sleef1x16>(find(wide(name).c_str()));
       for (auto [op, name] : binary) t.binary16[op] = reinterpret_cast<Sleef2x16>(find(wide(name).c_str()));

@@ -20,7 +20,8 @@
 //    not copied at all: its tiles are read where they lie (input buffers are never written).
 //  * Members are evaluated by simple loops over float buffers in fixed-width groups of 8, which
 //    GCC vectorizes at -O2; the loop function is cloned for AVX2 (chosen at load time by the
-//    ifunc resolver). Transcendentals use the 1-ulp SLEEF functions that libtorch_cpu
+//    ifunc resolver), and where ATen runs its AVX512 kernels an avx512f version takes groups
+//    of 16 (same bits: the ops are IEEE-exact). Transcendentals use the 1-ulp SLEEF functions that libtorch_cpu
 //    exports (looked up with dlsym; 16 lanes at a time where ATen runs its AVX512 kernels, else
 //    8: both widths give the same bits), else std:: per element; both may differ from ATen's
 //    kernels in the last float bit. Arithmetic, compare, select and convert are bit-exact.
