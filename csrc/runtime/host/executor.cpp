@@ -1,5 +1,7 @@
 #include "runtime/host/executor.h"
 
+#include <ATen/Dispatch.h>
+#include <ATen/EmptyTensor.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 
@@ -39,6 +41,25 @@ at::Tensor wrap_binding(const Binding& b) {
   if (numel == 0) return at::empty(b.sizes, opts);
   TPU_CHECK(b.data != nullptr, "host runtime: tensor binding with null data");
   return at::from_blob(b.data, b.sizes, b.strides, opts);
+}
+
+// A scalar binding as a 0-d tensor of its dtype, written directly rather than through
+// at::scalar_tensor (a dispatched empty + fill_, and a copy for integers: ~1 us per scalar
+// argument of every run). Same values: floats convert like fill_ (Scalar::to), integers
+// wrap like the copy from int64 did.
+at::Tensor scalar_value(const Binding& b) {
+  at::Tensor t = at::detail::empty_cpu({}, b.dtype, /*pin_memory=*/false, std::nullopt);
+  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, b.dtype, "scalar_value", [&] {
+    if constexpr (std::is_floating_point_v<scalar_t> || std::is_same_v<scalar_t, at::Half> ||
+                  std::is_same_v<scalar_t, at::BFloat16>) {
+      *t.data_ptr<scalar_t>() = c10::Scalar(b.d).to<scalar_t>();
+    } else if constexpr (std::is_same_v<scalar_t, bool>) {
+      *t.data_ptr<bool>() = b.i != 0;
+    } else {
+      *t.data_ptr<scalar_t>() = static_cast<scalar_t>(b.i);
+    }
+  });
+  return t;
 }
 
 // [first, last] bytes a non-empty tensor binding can touch.
@@ -236,6 +257,40 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
   }
   close_all(-1);
 
+  // In-place elementwise updates (`x.mul_(y)`, an optimizer's `p.add_(u)`): an output stored by a
+  // plain cluster may be written straight into memory that an input binding also names, with
+  // the same layout, when every reader of that input is an elementwise member of the same
+  // cluster. Each tile then reads its elements before it writes the same elements, so the
+  // result is that of computing aside and copying, without the copy.
+  std::unordered_map<int32_t, std::vector<int64_t>> not_inplace;
+  for (const Step& s : steps_) {
+    if (!s.cluster || s.cluster->lead_rank() >= 0) continue;
+    const int32_t c = cluster_of[s.cluster->members().back()];
+    for (const Param& p : params_) {
+      if (p.binding < 0 || is_output_[p.node] || p.shape != s.cluster->shape()) continue;
+      const auto& rs = readers[p.node];
+      const bool inside = !rs.empty() && std::all_of(rs.begin(), rs.end(), [&](int32_t r) {
+        return cluster_of[r] == c && graph.node(r).kind != ir::OpKind::kBroadcastInDim;
+      });
+      for (int32_t m : s.cluster->stores()) {
+        if (!is_output_[m]) continue;
+        auto& allowed = inplace_bindings_[m];
+        if (inside) {
+          allowed.push_back(p.binding);
+        } else {
+          not_inplace[m].push_back(p.binding);
+        }
+      }
+    }
+  }
+  // A binding several parameters read is safe only when all of them are.
+  for (auto& [m, allowed] : inplace_bindings_) {
+    const auto& no = not_inplace[m];
+    allowed.erase(std::remove_if(allowed.begin(), allowed.end(),
+                                 [&](int64_t b) { return std::find(no.begin(), no.end(), b) != no.end(); }),
+                  allowed.end());
+  }
+
   // Release each value after the last step (in run order) that reads it; a value nobody reads
   // (an output only) right after the step that defines it.
   for (int32_t v = 0; v < num_nodes_; ++v) {
@@ -244,6 +299,20 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     for (int32_t r : readers[v]) at_step = std::max(at_step, step_of[r]);
     if (at_step >= 0) steps_[at_step].release.push_back(v);
   }
+}
+
+bool HostExecutable::inplace_ok(const OutputTarget& o, const Binding& in, int64_t binding) const {
+  auto it = inplace_bindings_.find(o.node);
+  if (it == inplace_bindings_.end() || std::find(it->second.begin(), it->second.end(), binding) == it->second.end()) {
+    return false;
+  }
+  const Binding& d = o.dest;
+  if (in.data != d.data || in.dtype != d.dtype || in.snapshot || in.sizes != d.sizes) return false;
+  for (size_t k = 0; k < d.sizes.size(); ++k) {
+    // Same element, same address; and no two elements share one (a stride-0 dim would).
+    if (d.sizes[k] > 1 && (in.strides[k] != d.strides[k] || d.strides[k] == 0)) return false;
+  }
+  return true;
 }
 
 at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>& inputs,
@@ -257,8 +326,7 @@ at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>
   const Binding& b = inputs[p.binding];
   at::Tensor t;
   if (b.kind == Binding::Kind::Scalar) {
-    t = at::isFloatingType(b.dtype) ? at::scalar_tensor(b.d, b.dtype)
-                                    : at::scalar_tensor(b.i, at::kLong).to(b.dtype);
+    t = scalar_value(b);
   } else {
     t = wrap_binding(b);
     // A later write of this program overwrites the memory: read it now.
@@ -308,9 +376,13 @@ void HostExecutable::run(const std::vector<Binding>& inputs,
   using Range = std::pair<uintptr_t, uintptr_t>;
   constexpr Range kNoBytes{UINTPTR_MAX, 0};  // overlaps nothing
   c10::SmallVector<Range, 32> read_ranges;
+  c10::SmallVector<int64_t, 32> read_binding;
   for (size_t b = 0; b < inputs.size() && b < reads_binding_.size(); ++b) {
     const Binding& in = inputs[b];
-    if (reads_binding_[b] && in.kind == Binding::Kind::Tensor && in.data) read_ranges.push_back(byte_range(in));
+    if (reads_binding_[b] && in.kind == Binding::Kind::Tensor && in.data) {
+      read_ranges.push_back(byte_range(in));
+      read_binding.push_back(static_cast<int64_t>(b));
+    }
   }
   c10::SmallVector<Range, 32> dest_ranges(outputs.size(), kNoBytes);
   for (size_t k = 0; k < outputs.size(); ++k) {
@@ -324,7 +396,9 @@ void HostExecutable::run(const std::vector<Binding>& inputs,
     }
     const Range range = dest_ranges[k];
     bool clash = false;
-    for (size_t r = 0; r < read_ranges.size() && !clash; ++r) clash = overlaps(range, read_ranges[r]);
+    for (size_t r = 0; r < read_ranges.size() && !clash; ++r) {
+      clash = overlaps(range, read_ranges[r]) && !inplace_ok(o, inputs[read_binding[r]], read_binding[r]);
+    }
     for (size_t j = 0; j < outputs.size() && !clash; ++j) clash = j != k && overlaps(range, dest_ranges[j]);
     dests[k].direct = !clash && o.allow_direct;
   }

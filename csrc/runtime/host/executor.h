@@ -35,6 +35,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/host/fusion.h"
@@ -73,6 +74,8 @@ class HostExecutable final : public Executable {
   };
 
   at::Tensor bind_param(const Param& p, const std::vector<Binding>& inputs, RngState rng) const;
+  // Whether output `o` may be written directly although it overlaps input binding `in`.
+  bool inplace_ok(const OutputTarget& o, const Binding& in, int64_t binding) const;
 
   int32_t num_nodes_ = 0;
   std::vector<at::ScalarType> node_dtype_;          // per node id
@@ -81,6 +84,9 @@ class HostExecutable final : public Executable {
   std::vector<Param> params_;
   std::vector<bool> reads_binding_;  // per binding index: some live parameter reads it
   std::vector<Step> steps_;
+  // Per output node stored by a plain cluster: the input bindings it may overwrite in place
+  // (read only by that cluster's elementwise members), when they have the output's layout.
+  std::unordered_map<int32_t, std::vector<int64_t>> inplace_bindings_;
   std::vector<std::string> node_names_;  // per live node: "%3 add" (describe())
 };
 
