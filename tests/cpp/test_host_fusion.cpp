@@ -279,6 +279,29 @@ TEST(HostFusion, LayerNormWithReducedStoresAndStridedOutput) {
   EXPECT_TRUE(at::allclose(out, at::layer_norm(xs, at::IntArrayRef{6, 20}), 1e-4, 1e-5));
 }
 
+TEST(HostFusion, PerRowValuesFromBroadcastsAndStridedInputs) {
+  // Per-row values are held one per row: a reduction's result, a per-row input read through a
+  // transposed view, and a broadcast of a smaller input to the lead shape (absorbed with its
+  // plain cluster). q = sum(x * x) / (w broadcast over dim 0) + v, stored per row; out = x - q.
+  const std::vector<int64_t> full{16, 3, 100}, lead{16, 3};  // several tiles, the last one partial
+  Program p;
+  int32_t x = p.param(0, DType::kF32, full);
+  int32_t w = p.param(1, DType::kF32, {3});
+  int32_t v = p.param(2, DType::kF32, lead);
+  int32_t wb = p.add(OpKind::kBroadcastInDim, DType::kF32, lead, {w}, {1});
+  int32_t sq = p.add(OpKind::kMul, DType::kF32, full, {x, x});
+  int32_t s = p.add(OpKind::kReduce, DType::kF32, lead, {sq}, {0, 2});
+  int32_t q = p.add(OpKind::kAdd, DType::kF32, lead, {p.add(OpKind::kDiv, DType::kF32, lead, {s, wb}), v});
+  int32_t qb = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {q}, {0, 1});
+  int32_t out = p.add(OpKind::kSub, DType::kF32, full, {x, qb});
+  at::Tensor xv = at::randn(full), wv = at::rand({3}) + 1, vv = at::randn({3, 16}).t();  // v: strided
+  auto got = check(p, {out, q}, {tensor_binding(xv), tensor_binding(wv), tensor_binding(vv)}, 1);
+  EXPECT_EQ(compile(p, {out, q}, true).stats().fused_nodes, 7);  // the broadcast of w included
+  at::Tensor want_q = (xv * xv).sum(-1) / wv + vv;
+  EXPECT_TRUE(at::allclose(got[1], want_q, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(got[0], xv - want_q.unsqueeze(-1), 1e-5, 1e-5));
+}
+
 // Sums in row clusters add in row_sums' order (fusion.h), and so does the reduce kernel of a
 // sum that runs outside a cluster (strict mode's one-op programs, fusion off, an operand no
 // cluster holds): the same bits either way, whatever the operand's strides and the threads.
@@ -384,6 +407,32 @@ TEST(HostFusion, OutputsDirectConvertedDuplicatedAndAliasingAnInput) {
   EXPECT_TRUE(at::equal(da, want_a.to(at::kDouble)));
   EXPECT_TRUE(at::equal(da2, want_a));
   EXPECT_TRUE(at::equal(xin, want_c));
+}
+
+TEST(HostFusion, InPlaceUpdateIsWrittenIntoItsInputOnlyWithTheSameLayout) {
+  // z = x * y + x stored into x's own memory (an in-place update such as `x.addcmul_(x, y)`),
+  // over several tiles. With the same layout the cluster writes x directly (each tile reads
+  // its elements first); through a transposed view of the same memory it must not (later tiles
+  // would read elements already overwritten).
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {80, 80});
+  int32_t y = p.param(1, DType::kF32, {80, 80});
+  int32_t xy = p.add(OpKind::kMul, DType::kF32, {80, 80}, {x, y});
+  int32_t z = p.add(OpKind::kAdd, DType::kF32, {80, 80}, {xy, x});
+  at::Tensor orig = at::randn({80, 80}), yv = at::randn({80, 80});
+  at::Tensor want = orig * yv + orig;
+  for (bool fuse : {false, true}) {
+    HostExecutable exe = compile(p, {z}, fuse);
+    if (fuse) {
+      ASSERT_EQ(exe.stats().clusters, 1);
+    }
+    at::Tensor mem = orig.clone();
+    exe.run({tensor_binding(mem), tensor_binding(yv)}, {{z, tensor_binding(mem)}}, {});
+    EXPECT_TRUE(at::equal(mem, want)) << "fuse " << fuse;
+    at::Tensor mem_t = orig.clone();
+    exe.run({tensor_binding(mem_t), tensor_binding(yv)}, {{z, tensor_binding(mem_t.t())}}, {});
+    EXPECT_TRUE(at::equal(mem_t.t(), want)) << "fuse " << fuse;
+  }
 }
 
 TEST(HostFusion, SnapshotBindingIsReadAtBindTime) {

@@ -305,14 +305,14 @@ TPU_AVX2_CLONES float row_sum_one(const float* __restrict x, int64_t m) {
   return l[0] + l[1];
 }
 
-// A reduction over each row of m elements of a (n is a multiple of m); every element of the
-// row in d gets the result. Sums add in row_sum_one's order (the order of the sum kernel too);
-// max and min propagate NaN like amax/amin and are exact.
+// A reduction over each row of m elements of a (n is a multiple of m): d[r] gets row r's
+// result (per-row values are held compactly, fusion.h). Sums add in row_sum_one's order (the
+// order of the sum kernel too); max and min propagate NaN like amax/amin and are exact.
 TPU_AVX2_CLONES void exec_row(uint8_t op, float* __restrict d, const float* __restrict a, int64_t n, int64_t m) {
-  for (int64_t r0 = 0; r0 < n; r0 += m) {
+  for (int64_t r0 = 0, r = 0; r0 < n; r0 += m, ++r) {
     const float* x = a + r0;
     if (op == kRowSum) {
-      std::fill_n(d + r0, m, row_sum_one(x, m));
+      d[r] = row_sum_one(x, m);
       continue;
     }
     float acc[8];
@@ -328,7 +328,7 @@ TPU_AVX2_CLONES void exec_row(uint8_t op, float* __restrict d, const float* __re
     for (int j = 0; j < 4; ++j) acc[j] = pick(acc[j], acc[j + 4]);
     for (int j = 0; j < 2; ++j) acc[j] = pick(acc[j], acc[j + 2]);
     acc[0] = pick(acc[0], acc[1]);
-    std::fill_n(d + r0, m, acc[0]);
+    d[r] = acc[0];
   }
 }
 
@@ -750,6 +750,16 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
   auto is_invariant = [&](int16_t slot) {
     return slot < 0 || (static_cast<size_t>(slot) < invariant_slot.size() && invariant_slot[slot]);
   };
+  // Slots holding one value per row (row clusters): reductions, the arithmetic on them and
+  // per-row inputs. A slot is reused only after its value is dead, so the flag is per value.
+  std::vector<bool> compact_slot;
+  auto set_compact = [&](int16_t slot, bool yes) {
+    if (compact_slot.size() <= static_cast<size_t>(slot)) compact_slot.resize(slot + 1, false);
+    compact_slot[slot] = yes;
+  };
+  auto is_compact = [&](int16_t slot) {
+    return slot >= 0 && static_cast<size_t>(slot) < compact_slot.size() && compact_slot[slot];
+  };
   auto operand = [&](int32_t o) -> int16_t {
     if (auto it = slot_of.find(o); it != slot_of.end()) return it->second;
     const ir::Node& on = g.node(o);
@@ -770,6 +780,9 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       }
       in.one_element = c10::multiply_integers(on.shape) == 1;
       if (in.one_element) mark_invariant(s);
+      // A per-row value is loaded once per row, not broadcast over the row.
+      in.compact = in.broadcast && lead_rank_ >= 0 && !in.one_element;
+      set_compact(s, in.compact);
       inputs_.push_back(std::move(in));
     }
     slot_of[o] = s;
@@ -784,6 +797,7 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       Instr in{kCopy, 0, -1, slot_of.at(n.operands[0]), -1, -1};
       in.dst = fresh();
       in.invariant = is_invariant(in.a);
+      in.expand = is_compact(in.a);
       if (in.invariant) mark_invariant(in.dst);
       slot_of[m] = in.dst;
       program_.push_back(in);
@@ -793,8 +807,12 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       int32_t o = n.operands.at(0);
       int16_t s = fresh();
       inputs_.push_back({o, s, g.node(o).shape, n.iattrs, true});
-      inputs_.back().one_element = c10::multiply_integers(g.node(o).shape) == 1;
-      if (inputs_.back().one_element) mark_invariant(s);
+      Input& in = inputs_.back();
+      in.one_element = c10::multiply_integers(g.node(o).shape) == 1;
+      if (in.one_element) mark_invariant(s);
+      // A broadcast to the lead shape (absorbed arithmetic on rows): one value per row.
+      in.compact = lead_rank_ >= 0 && !n.shape.empty() && reduced_shape(n.shape) && !in.one_element;
+      set_compact(s, in.compact);
       slot_of[m] = s;
       continue;
     }
@@ -816,6 +834,15 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       free_slots.pop_back();
     }
     if (in.invariant) mark_invariant(in.dst);
+    // Reductions and the arithmetic on their results run once per row (compact slots).
+    in.rows = !in.invariant && lead_rank_ >= 0 && (in.op >= kRowSum || reduced_shape(n.shape));
+    if (in.rows && in.op < kRowSum) {
+      for (int16_t o : {in.a, in.b, in.c}) {
+        TPU_CHECK(o < 0 || is_compact(o) || is_invariant(o), "host fusion: per-row member %", m,
+                  " reads a full-row value");
+      }
+    }
+    set_compact(in.dst, in.rows);
     slot_of[m] = in.dst;
     program_.push_back(in);
     for (size_t j = 0; j < n.operands.size(); ++j) {
@@ -858,7 +885,9 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     TPU_CHECK(v.defined(), "host fusion: operand %", in.node, " has no value");
     // A value may be smaller than its node's shape (a 0-d constant): read it expanded.
     at::Tensor t = v.sizes().equals(in.shape) ? v : v.expand(in.shape);
-    c10::SmallVector<int64_t, 6> strides(shape_.size(), 0);
+    // Per-row inputs walk the lead shape (one value per row); the others the cluster's shape.
+    const size_t rank = in.compact ? static_cast<size_t>(lead_rank_) : shape_.size();
+    c10::SmallVector<int64_t, 6> strides(rank, 0);
     if (in.broadcast) {
       for (size_t k = 0; k < in.dims.size(); ++k) {
         if (in.shape[k] != 1) strides[in.dims[k]] = t.stride(static_cast<int64_t>(k));
@@ -866,7 +895,8 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     } else {
       strides.assign(t.strides().begin(), t.strides().end());
     }
-    in_acc.push_back(make_access(const_cast<void*>(t.const_data_ptr()), t.scalar_type(), shape_, strides));
+    in_acc.push_back(make_access(const_cast<void*>(t.const_data_ptr()), t.scalar_type(),
+                                 c10::IntArrayRef(shape_).slice(0, rank), strides));
   }
   std::vector<Access> out_acc;
   out_acc.reserve(stores_.size());
@@ -887,7 +917,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   for (size_t i = 0; i < inputs_.size(); ++i) {
     if (inputs_[i].one_element || in_acc[i].uniform()) {
       mode[i] = kUniform;
-    } else if (in_acc[i].dtype == at::kFloat && in_acc[i].contiguous()) {
+    } else if (in_acc[i].dtype == at::kFloat && in_acc[i].contiguous() && !inputs_[i].compact) {
       mode[i] = kInPlace;
     }
   }
@@ -897,7 +927,6 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     // Per-thread scratch, reused across runs: a fresh vector per run cost a malloc (often
     // above glibc's fastbin sizes, so it consolidated the heap) plus a zero fill.
     thread_local std::vector<float> scratch;
-    thread_local std::vector<float> row_values;  // a tile's reduced values being stored
     const size_t need = static_cast<size_t>(num_slots_) * stride;
     if (scratch.size() < need) scratch.assign(need, 0.f);
     float* buf = scratch.data();
@@ -928,16 +957,27 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
           continue;
         }
         slot_ptr[s] = buf + s * stride;
-        load(in_acc[i], start, n, slot_ptr[s]);
+        if (inputs_[i].compact) {
+          load(in_acc[i], start / row, n / row, slot_ptr[s]);
+        } else {
+          load(in_acc[i], start, n, slot_ptr[s]);
+        }
       }
+      const int64_t rows = n / row, rows8 = (rows + 7) / 8 * 8;
       // Lanes past n hold stale data from earlier tiles or runs (or zeros): computed, never stored.
       for (const Instr& in : program_) {
         if (in.invariant) continue;
         if (in.op >= kRowSum && in.op <= kRowMin) {
           exec_row(in.op, slot(in.dst), slot(in.a), n, row);
-          continue;
+        } else if (in.expand) {  // a per-row value back over its rows
+          const float* a = slot(in.a);
+          float* d = slot(in.dst);
+          for (int64_t r = 0; r < rows; ++r) std::fill_n(d + r * row, row, a[r]);
+        } else if (in.rows) {
+          exec_instr(in, slot, rows, rows8, use_sleef);
+        } else {
+          exec_instr(in, slot, n, n8, use_sleef);
         }
-        exec_instr(in, slot, n, n8, use_sleef);
       }
       for (size_t j = 0; j < stores_.size(); ++j) {
         if (!stores_[j].reduced) {
@@ -949,10 +989,8 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
           if (start == 0) store(out_acc[j], 0, 1, v);
           continue;
         }
-        const int64_t rows = n / row;
-        row_values.resize(static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r) row_values[r] = v[r * row];
-        store(out_acc[j], start / row, rows, row_values.data());
+        // Per-row values are compact (an invariant one holds the same value everywhere).
+        store(out_acc[j], start / row, rows, v);
       }
     }
   };

@@ -30,10 +30,11 @@
 //    sum/max/min reductions over its shape's trailing dims (a "row" of M elements), the
 //    elementwise nodes computed on the reduced values (the lead shape), and broadcasts of those
 //    values back over the rows. Tiles then hold whole rows (k * M elements, M <= kMaxRow), and a
-//    reduced value lives in the tile buffers already broadcast: every element of a row holds its
-//    row's value, so the reduce, the per-row arithmetic and the broadcast back are ordinary tile
-//    instructions and softmax, layer/rms norm or a loss's mean run in one pass with the rows in
-//    cache. Reduced values read from outside are loaded with stride 0 along the row; stored
+//    per-row value (a reduction's result, arithmetic on such results, a per-row input) is held
+//    compactly: its buffer holds the tile's k row values, so the per-row arithmetic (layer
+//    norm's variance, eps and rsqrt; a loss's log) runs k times, not k * M, and the broadcast
+//    back fills each row from it. Softmax, layer/rms norm or a loss's mean run in one pass
+//    with the rows in cache. Per-row values read from outside are loaded one per row; stored
 //    ones are written once per row. A sum adds each row in row_sums' order (32 lanes, then
 //    pairwise), which the reduce kernel also uses for every sum a row cluster could hold, so
 //    a sum's bits never depend on cluster boundaries; that order differs from ATen's
@@ -151,6 +152,7 @@ class Cluster {
     // One element: the same in every tile (filled once, before the invariant instructions),
     // even where its access is not stride 0 (in a cluster of one element).
     bool one_element = false;
+    bool compact = false;  // a per-row value of a row cluster: one element per row in its slot
   };
   struct Instr {
     uint8_t op;            // Op (fusion.cpp)
@@ -161,6 +163,8 @@ class Cluster {
     // other value reuses. A Python scalar's convert and broadcast cost a pass each otherwise.
     bool invariant = false;
     bool pow_scalar = false;  // pow whose exponent is tile-invariant: x^2, x^0.5, x^-0.5 special-cased
+    bool rows = false;        // row clusters: computes one value per row (a reduction, or arithmetic on them)
+    bool expand = false;      // a broadcast of a per-row value back over its row
   };
   struct Store {
     int32_t node;
