@@ -409,6 +409,31 @@ TEST(HostFusion, OutputsDirectConvertedDuplicatedAndAliasingAnInput) {
   EXPECT_TRUE(at::equal(xin, want_c));
 }
 
+TEST(HostFusion, StoresComputedInTheirDestinationAcrossTiles) {
+  // Contiguous float32 destinations that no input reads are the storing instructions' own
+  // buffers, except in the last partial tile (5003 = 4 * 1024 + 907 elements, not a multiple
+  // of 8): a stored member read again later in the tile, the last member, and one of the
+  // outputs twice (a second, strided destination is copied).
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {5003});
+  int32_t y = p.param(1, DType::kF32, {5003});
+  int32_t a = p.add(OpKind::kMul, DType::kF32, {5003}, {x, y});
+  int32_t b = p.add(OpKind::kTanh, DType::kF32, {5003}, {a});
+  int32_t c = p.add(OpKind::kSub, DType::kF32, {5003}, {b, a});
+  at::Tensor xv = at::randn({5003}), yv = at::randn({5003});
+  auto got = check(p, {a, c}, {tensor_binding(xv), tensor_binding(yv)}, 1, /*exact=*/false);
+  EXPECT_TRUE(at::equal(got[0], xv * yv));
+  EXPECT_TRUE(at::allclose(got[1], at::tanh(xv * yv) - xv * yv, 1e-6, 1e-6));
+  HostExecutable exe = compile(p, {a, c}, true);
+  at::Tensor da = at::empty({5003}), dc = at::empty({5003}), dc2 = at::zeros({5003, 2});
+  exe.run({tensor_binding(xv), tensor_binding(yv)},
+          {{a, tensor_binding(da)}, {c, tensor_binding(dc)}, {c, tensor_binding(dc2.select(1, 1))}}, {});
+  EXPECT_TRUE(at::equal(da, got[0]));
+  EXPECT_TRUE(at::equal(dc, got[1]));
+  EXPECT_TRUE(at::equal(dc2.select(1, 1), got[1]));
+  EXPECT_EQ(dc2.select(1, 0).abs().sum().item<float>(), 0.f);
+}
+
 TEST(HostFusion, InPlaceUpdateIsWrittenIntoItsInputOnlyWithTheSameLayout) {
   // z = x * y + x stored into x's own memory (an in-place update such as `x.addcmul_(x, y)`),
   // over several tiles. With the same layout the cluster writes x directly (each tile reads

@@ -870,6 +870,10 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     const ir::Node& n = g.node(members_[k]);
     store_nodes_.push_back(members_[k]);
     stores_.push_back({members_[k], slot_of[members_[k]], to_aten(n.dtype), n.shape, reduced_shape(n.shape)});
+    const int16_t slot = stores_.back().slot;
+    stores_.back().per_tile = std::any_of(program_.begin(), program_.end(), [&](const Instr& in) {
+      return in.dst == slot && !in.invariant && !in.rows && !in.expand;
+    });
     // run() computes nothing for an empty cluster: a stored value with elements would be left
     // unwritten (the executor never folds 0-d values into an empty cluster, see executor.cpp).
     TPU_CHECK(numel_ > 0 || c10::multiply_integers(n.shape) == 0, "host fusion: member %", members_[k], " of shape ",
@@ -908,6 +912,27 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     out_acc.push_back(make_access(dest.numel() ? dest.data_ptr() : nullptr, s.dtype, s.shape, dest.strides()));
   }
   if (numel_ == 0) return;
+  // Stores into contiguous float32 memory that no input reads are computed in place: the
+  // storing instruction's buffer is the destination itself (except in a last partial tile,
+  // whose rounded-up lanes would run past it), which saves the copy out of the tile.
+  auto byte_span = [](const Access& a) {
+    int64_t hi = 0;
+    for (size_t d = 0; d < a.sizes.size(); ++d) hi += (a.sizes[d] - 1) * a.strides[d];
+    const auto lo = reinterpret_cast<uintptr_t>(a.base);
+    return std::pair<uintptr_t, uintptr_t>{lo, lo + static_cast<uintptr_t>((hi + 1) * c10::elementSize(a.dtype)) - 1};
+  };
+  c10::SmallVector<uint8_t, 16> store_in_place(stores_.size(), 0);
+  for (size_t j = 0; j < stores_.size(); ++j) {
+    const Access& o = out_acc[j];
+    if (lead_rank_ >= 0 || !stores_[j].per_tile || o.dtype != at::kFloat || !o.contiguous() || o.base == nullptr) {
+      continue;
+    }
+    const auto [lo, hi] = byte_span(o);
+    store_in_place[j] = std::none_of(in_acc.begin(), in_acc.end(), [&, lo = lo, hi = hi](const Access& a) {
+      const auto [alo, ahi] = byte_span(a);
+      return alo <= hi && lo <= ahi;
+    });
+  }
   const int64_t tile = tile_, num_tiles = (numel_ + tile - 1) / tile, stride = slot_stride_, row = row_;
   // How each input reaches its slot: filled once (one value for every tile), read where it lies
   // (contiguous float32: no instruction writes an input's slot, build() never reuses one), or
@@ -964,6 +989,12 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
         }
       }
       const int64_t rows = n / row, rows8 = (rows + 7) / 8 * 8;
+      const bool whole = start + n8 <= numel_;
+      for (size_t j = 0; j < stores_.size(); ++j) {
+        if (!store_in_place[j]) continue;
+        const int16_t s = stores_[j].slot;
+        slot_ptr[s] = whole ? reinterpret_cast<float*>(out_acc[j].base) + start : buf + s * stride;
+      }
       // Lanes past n hold stale data from earlier tiles or runs (or zeros): computed, never stored.
       for (const Instr& in : program_) {
         if (in.invariant) continue;
@@ -980,6 +1011,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
         }
       }
       for (size_t j = 0; j < stores_.size(); ++j) {
+        if (store_in_place[j] && whole) continue;  // already there
         if (!stores_[j].reduced) {
           store(out_acc[j], start, n, slot(stores_[j].slot));
           continue;

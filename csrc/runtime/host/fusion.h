@@ -172,6 +172,9 @@ class Cluster {
     at::ScalarType dtype;
     std::vector<int64_t> shape;  // the member's shape (the lead shape for reduced values)
     bool reduced = false;        // written once per row (0-d values: once)
+    // Computed by a tile instruction (not loaded, not invariant): a contiguous float32
+    // destination can then be that instruction's buffer (see run()).
+    bool per_tile = false;
   };
 
  private:
