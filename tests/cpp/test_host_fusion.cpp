@@ -214,31 +214,35 @@ TEST(HostFusion, SoftmaxRowsInOneCluster) {
   int32_t bs = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {s}, {0, 1, 2});
   int32_t y = p.add(OpKind::kDiv, DType::kF32, full, {e, bs});
   at::Tensor xv = at::randn(full) * 4;
-  // The first max reads the parameter (not a member): it stays a kernel, the rest fuses into
-  // one row cluster [broadcast, sub, exp, sum, broadcast, div].
+  // The first max reads the parameter (not a member): it starts the row cluster, and the rest
+  // joins it [max, broadcast, sub, exp, sum, broadcast, div].
   auto got = check(p, {y, m}, {tensor_binding(xv)}, 1, /*exact=*/false);
   EXPECT_TRUE(at::allclose(got[0], at::softmax(xv, -1), 1e-5, 1e-6));
 }
 
 // Max and min in a row cluster propagate NaN like amax/amin (and are exact).
 TEST(HostFusion, RowMaxMinPropagateNaN) {
-  Program p;
-  int32_t x = p.param(0, DType::kF32, {9, 21});
-  int32_t a = p.add(OpKind::kAbs, DType::kF32, {9, 21}, {x});
-  int32_t mx = p.add(OpKind::kReduce, DType::kF32, {9}, {a}, {2, 1});
-  int32_t mn = p.add(OpKind::kReduce, DType::kF32, {9}, {a}, {3, 1});
-  int32_t d = p.add(OpKind::kSub, DType::kF32, {9}, {mx, mn});
-  at::Tensor xv = at::randn({9, 21});
-  xv.index_put_({2, 5}, std::numeric_limits<float>::quiet_NaN());
-  xv.index_put_({4, 20}, -std::numeric_limits<float>::infinity());
-  HostExecutable fused = compile(p, {d, mx}, true), plain = compile(p, {d, mx}, false);
-  EXPECT_EQ(fused.stats().clusters, 1) << fused.describe();
-  auto got = run(fused, p, {d, mx}, {tensor_binding(xv)});
-  auto want = run(plain, p, {d, mx}, {tensor_binding(xv)});
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_TRUE(at::allclose(got[i], want[i], 0, 0, /*equal_nan=*/true)) << got[i] << want[i];
+  // Rows of 21 (lanes and a scalar tail) and of 32 (lanes combined in registers).
+  for (int64_t w : {21, 32}) {
+    Program p;
+    int32_t x = p.param(0, DType::kF32, {9, w});
+    int32_t a = p.add(OpKind::kAbs, DType::kF32, {9, w}, {x});
+    int32_t mx = p.add(OpKind::kReduce, DType::kF32, {9}, {a}, {2, 1});
+    int32_t mn = p.add(OpKind::kReduce, DType::kF32, {9}, {a}, {3, 1});
+    int32_t d = p.add(OpKind::kSub, DType::kF32, {9}, {mx, mn});
+    at::Tensor xv = at::randn({9, w});
+    xv.index_put_({2, 5}, std::numeric_limits<float>::quiet_NaN());
+    xv.index_put_({4, w - 1}, -std::numeric_limits<float>::infinity());
+    HostExecutable fused = compile(p, {d, mx}, true), plain = compile(p, {d, mx}, false);
+    EXPECT_EQ(fused.stats().clusters, 1) << fused.describe();
+    auto got = run(fused, p, {d, mx}, {tensor_binding(xv)});
+    auto want = run(plain, p, {d, mx}, {tensor_binding(xv)});
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(at::allclose(got[i], want[i], 0, 0, /*equal_nan=*/true)) << got[i] << want[i];
+    }
+    EXPECT_TRUE(std::isnan(got[1][2].item<float>()));
+    EXPECT_TRUE(at::allclose(got[1], at::amax(xv.abs(), 1), 0, 0, /*equal_nan=*/true));
   }
-  EXPECT_TRUE(std::isnan(got[1][2].item<float>()));
 }
 
 // Layer norm over the last two dims with the mean and rstd stored (reduced stores), a 0-d

@@ -197,6 +197,17 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
       continue;
     }
     if (options.fuse && join_row_cluster(i)) continue;
+    if (options.fuse && row_reduce_lead_rank(graph, i) >= 0) {
+      // A row reduce of a value no open cluster holds starts a row cluster of its own.
+      close_reading(node, -1);
+      if (is_output_[i]) close_all(-1);
+      const int32_t c = static_cast<int32_t>(clusters.size());
+      clusters.push_back(std::make_shared<Cluster>(graph.node(node.operands[0]).shape));
+      open.push_back(true);
+      TPU_CHECK(clusters[c]->start_row(graph, i), "host runtime: cannot start a row cluster at %", i);
+      cluster_of[i] = c;
+      continue;
+    }
     if (!options.fuse || !is_fusible(graph, i)) {
       close_reading(node, -1);
       if (is_output_[i]) close_all(-1);

@@ -107,6 +107,16 @@ class Cluster {
     members_.push_back(id);
     return true;
   }
+  // Starts an empty cluster of the operand's shape with `id`, a row reduce (row_reduce_lead_rank
+  // >= 0) of a value computed outside it (a parameter, a kernel's result): softmax's max or
+  // layer norm's mean then run in the pass that uses them. False if `id` is not such a reduce.
+  bool start_row(const ir::Graph& g, int32_t id) {
+    const int r = row_reduce_lead_rank(g, id);
+    if (r < 0 || !members_.empty() || g.node(g.node(id).operands[0]).shape != shape_) return false;
+    lead_rank_ = r;
+    members_.push_back(id);
+    return true;
+  }
   // Whether `other` (an open plain cluster of this cluster's lead shape, none of its members
   // an output) may be merged into this one as row members: its members then run here.
   bool can_absorb(const Cluster& other) const;
