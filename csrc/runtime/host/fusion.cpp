@@ -345,19 +345,19 @@ TPU_AVX2_CLONES void exec_row(uint8_t op, float* __restrict d, const float* __re
       d[r] = *std::find_if(x, x + m, [](float e) { return e != e; });
       continue;
     }
-    if (i == m) {  // rows of a multiple of 8 (the usual): the lanes combine in registers
-      // Lane j with lane j + 4, then j + 2, then j + 1: the scalar path's order (ties: later).
-      RowVec h = __builtin_shufflevector(va, va, 4, 5, 6, 7, 4, 5, 6, 7);
-      va = mx ? (va > h ? va : h) : (va < h ? va : h);
-      h = __builtin_shufflevector(va, va, 2, 3, 2, 3, 2, 3, 2, 3);
-      va = mx ? (va > h ? va : h) : (va < h ? va : h);
-      h = __builtin_shufflevector(va, va, 1, 1, 1, 1, 1, 1, 1, 1);
-      va = mx ? (va > h ? va : h) : (va < h ? va : h);
-      d[r] = va[0];
-      continue;
-    }
     float acc[8];
     std::memcpy(acc, &va, sizeof acc);
+    if (i == m) {  // rows of a multiple of 8 (the usual): no NaN is left to test for
+      // Lane j with lane j + 4, then j + 2, then j + 1, as pick() does below (ties: the later).
+      for (int w = 4; w >= 1; w /= 2) {
+        for (int j = 0; j < w; ++j) {
+          const float u = acc[j], t = acc[j + w];
+          acc[j] = mx ? (u > t ? u : t) : (u < t ? u : t);
+        }
+      }
+      d[r] = acc[0];
+      continue;
+    }
     for (int j = 0; i < m; ++i, ++j) acc[j] = pick(acc[j], x[i]);
     for (int j = 0; j < 4; ++j) acc[j] = pick(acc[j], acc[j + 4]);
     for (int j = 0; j < 2; ++j) acc[j] = pick(acc[j], acc[j + 2]);
