@@ -23,10 +23,11 @@ namespace torch_tpu::exec {
 
 // How an argument of an op's schema is treated (computed once per op).
 enum class ArgKind : uint8_t {
-  Tensor,          // Tensor / Tensor? / Tensor[] / Tensor?[]: bindings
-  RuntimeScalar,   // Scalar / float: a runtime input (unless the op bakes scalars)
-  Generator,       // Generator?
-  Baked,           // anything else: part of the key, passed to the lowering as a value
+  Tensor,             // Tensor / Tensor? / Tensor[] / Tensor?[]: bindings
+  RuntimeScalar,      // Scalar / float: a runtime input (unless the op bakes scalars)
+  RuntimeScalarList,  // Scalar[]: one runtime input per element (a _foreach_ op's step sizes)
+  Generator,          // Generator?
+  Baked,              // anything else: part of the key, passed to the lowering as a value
 };
 
 struct OpInfo {

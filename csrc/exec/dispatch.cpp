@@ -45,7 +45,8 @@ ArgKind classify(const c10::Argument& a) {
     case c10::TypeKind::ListType: {
       auto elem = type->castRaw<c10::ListType>()->getElementType();
       if (elem->kind() == c10::TypeKind::OptionalType) elem = elem->castRaw<c10::OptionalType>()->getElementType();
-      return elem->kind() == c10::TypeKind::TensorType ? ArgKind::Tensor : ArgKind::Baked;
+      if (elem->kind() == c10::TypeKind::TensorType) return ArgKind::Tensor;
+      return elem->kind() == c10::TypeKind::NumberType ? ArgKind::RuntimeScalarList : ArgKind::Baked;
     }
     case c10::TypeKind::NumberType:
     case c10::TypeKind::FloatType: return ArgKind::RuntimeScalar;
@@ -224,6 +225,18 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
           add_scalar_binding(st, s, dtype, true, info.bake_scalars);
         }
         break;
+      case ArgKind::RuntimeScalarList: {
+        auto list = v.toListRef();
+        mix(st, kTagList);
+        mix(st, static_cast<int64_t>(list.size()));
+        for (const auto& e : list) {
+          c10::Scalar s = e.toScalar();
+          TPU_CHECK_TYPE(!s.isComplex(), "complex scalars are not supported on the tpu device (", info.qualname, ")");
+          c10::ScalarType dtype = s.isFloatingPoint() ? c10::kDouble : s.isBoolean() ? c10::kBool : c10::kLong;
+          add_scalar_binding(st, s, dtype, true, info.bake_scalars);
+        }
+        break;
+      }
       case ArgKind::Generator:
         mix(st, kTagGenerator);
         if (v.isGenerator()) st.generator = v.toGenerator();

@@ -38,6 +38,18 @@ py::object tensor_desc(const at::Tensor& t, int32_t& binding) {
                         t.unsafeGetTensorImpl()->is_wrapped_number(), value, special);
 }
 
+// A Scalar argument (or one element of a Scalar[]) bound as runtime input `binding`.
+py::tuple scalar_desc(const c10::Scalar& s, int32_t binding) {
+  if (s.isFloatingPoint()) {
+    double d = s.toDouble();
+    bool special = d == 1.0 || (d == 0.0 && !std::signbit(d));
+    return py::make_tuple("S", binding, static_cast<int>(c10::kDouble), true, d, special);
+  }
+  if (s.isBoolean()) return py::make_tuple("S", binding, static_cast<int>(c10::kBool), true, s.toBool(), true);
+  int64_t i = s.toLong();
+  return py::make_tuple("S", binding, static_cast<int>(c10::kLong), true, i, i == 0 || i == 1);
+}
+
 py::list describe(const exec::OpInfo& info, c10::ArrayRef<c10::IValue> args, const exec::CallState& call) {
   py::list descs;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -60,22 +72,14 @@ py::list describe(const exec::OpInfo& info, c10::ArrayRef<c10::IValue> args, con
         }
         break;
       case exec::ArgKind::RuntimeScalar:
-        if (v.isNone()) {
-          descs.append(py::none());
-        } else {
-          c10::Scalar s = v.toScalar();
-          if (s.isFloatingPoint()) {
-            double d = s.toDouble();
-            bool special = d == 1.0 || (d == 0.0 && !std::signbit(d));
-            descs.append(py::make_tuple("S", binding, static_cast<int>(c10::kDouble), true, d, special));
-          } else if (s.isBoolean()) {
-            descs.append(py::make_tuple("S", binding, static_cast<int>(c10::kBool), true, s.toBool(), true));
-          } else {
-            int64_t i = s.toLong();
-            descs.append(py::make_tuple("S", binding, static_cast<int>(c10::kLong), true, i, i == 0 || i == 1));
-          }
-        }
+        descs.append(v.isNone() ? py::object(py::none()) : scalar_desc(v.toScalar(), binding));
         break;
+      case exec::ArgKind::RuntimeScalarList: {
+        py::list l;
+        for (const auto& e : v.toListRef()) l.append(scalar_desc(e.toScalar(), binding++));
+        descs.append(l);
+        break;
+      }
       case exec::ArgKind::Generator: descs.append(py::none()); break;
       case exec::ArgKind::Baked: descs.append(torch::jit::toPyObject(v)); break;
     }

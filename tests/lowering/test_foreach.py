@@ -260,3 +260,32 @@ def test_optimizer_steps_match_cpu(make_opt) -> None:
         got = _train(make_opt, init, clip=True)
     close(got, expected)
     assert any("_foreach" in k or "_fused" in k for k in mode.lowered)
+
+
+def test_foreach_calls_on_device_run_one_program_with_runtime_scalar_lists() -> None:
+    """tpu calls of _foreach_* reach their lowerings: one program per call (not one per tensor
+    and op), in place included; a Scalar[] list is a runtime input, so new values (an
+    optimizer's per-step sizes) reuse the program instead of compiling another."""
+    import torch_tpu
+
+    xs = [torch.randn(3, 4), torch.randn(17), torch.randn(())]
+    ys = [torch.randn_like(x) for x in xs]
+    dx, dy = [x.to("tpu") for x in xs], [y.to("tpu") for y in ys]
+    with torch_tpu.mode("strict"):
+        torch.tpu.synchronize()
+        m0 = torch_tpu.metrics()
+        torch._foreach_add_(dx, dy, alpha=0.5)
+        torch.tpu.synchronize()
+        m1 = torch_tpu.metrics()
+        assert m1["ops_dispatched"] - m0["ops_dispatched"] == 1
+        assert m1["programs_executed"] - m0["programs_executed"] == 1
+        torch._foreach_add_(xs, ys, alpha=0.5)
+        for step in range(3):
+            scalars = [0.5 + step, -0.25 - step, 2.0 + 0.5 * step]  # never 0 or 1 (keyed specially)
+            torch._foreach_mul_(dx, scalars)
+            torch._foreach_mul_(xs, scalars)
+        m2 = torch_tpu.metrics()
+        assert m2["programs_executed"] - m1["programs_executed"] == 3
+        assert m2["cache_misses"] - m1["cache_misses"] <= 1, "a new Scalar[] value compiled a new program"
+    for got, want in zip(dx, xs):
+        close(got.cpu(), want)

@@ -32,8 +32,14 @@ aten = torch.ops.aten
 
 # -- helpers ---------------------------------------------------------------------------------
 
-def _number(b: GraphBuilder, x: float | int | bool) -> Value:
-    """A Python number from a Scalar[] list as a wrapped constant (promotes like a number)."""
+def _number(b: GraphBuilder, x: Value | float | int | bool) -> Value:
+    """An element of a Scalar[] list as a wrapped 0-d value (promotes like a number).
+
+    Elements arrive as runtime inputs (a Value) from the dispatcher, so an optimizer's
+    per-step sizes never recompile; as Python numbers when the caller bakes them (compiled
+    graphs, baked-scalar retries), which become constants."""
+    if isinstance(x, Value):
+        return x
     dtype = torch.bool if isinstance(x, bool) else torch.int64 if isinstance(x, int) else torch.float64
     v = b.constant(x, dtype)
     v.wrapped = True
@@ -460,3 +466,26 @@ def amp_update_scale(b: GraphBuilder, scale: Value, growth_tracker: Value, found
     no_inf_tracker = b.select(at_interval, zero_t, successful)
     new_tracker = b.select(broadcast_to(b, found0, growth_tracker.shape), zero_t, no_inf_tracker)
     return new_scale, new_tracker
+
+
+def _route_foreach_ops() -> None:
+    """Makes tpu calls of the ``_foreach_*`` ops reach their lowerings.
+
+    Their CompositeExplicitAutograd kernels (the per-tensor slow path) rank above a backend
+    fallback, so without a PrivateUse1 kernel an AdamW step ran one program per tensor and op
+    (224 for TinyGPT); with it, one program per foreach op. In-place variants share the
+    functional lowering (registry.py)."""
+    from .. import _C
+
+    for key in list(LOWERINGS):
+        if not key.startswith("aten::_foreach_"):
+            continue
+        name, _, overload = key[len("aten::"):].partition(".")
+        overload = overload or "default"
+        for variant in (name, name + "_"):
+            packet = getattr(aten, variant, None)
+            if packet is not None and overload in packet.overloads():
+                _C._register_lowered_op(f"aten::{variant}", overload)
+
+
+_route_foreach_ops()
