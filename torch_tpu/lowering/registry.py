@@ -6,7 +6,8 @@ Contract for a lowering function (see docs/lowering.md):
   schema argument, in schema order (keyword-only ones included, defaults filled in):
   Tensor -> ``Value``; Tensor? -> ``Value | None``; Tensor[] -> ``list[Value]``; Tensor?[] ->
   ``list[Value | None]``; Scalar and float -> a 0-d ``Value`` (a runtime input, so changing a
-  scalar does not recompile; ``.wrapped`` is True for Python numbers); Generator? -> None (use
+  scalar does not recompile; ``.wrapped`` is True for Python numbers); Scalar[] -> ``list[Value]``
+  of such 0-d values (Python numbers when scalars are baked); Generator? -> None (use
   ``b.rng_uniform``/``b.rng_normal``); everything else (int, int[], bool, str, float[],
   ScalarType as torch.dtype, Layout, Device, MemoryFormat) -> the Python value, baked into the
   program and the cache key.
