@@ -151,6 +151,13 @@ void add_scalar_binding(CallState& st, const c10::Scalar& s, c10::ScalarType dty
   st.tensors.emplace_back();
 }
 
+// A Scalar argument (or an element of a Scalar[]): a Python number, as double, bool or int64.
+void add_python_scalar(CallState& st, const c10::Scalar& s, const OpInfo& info) {
+  TPU_CHECK_TYPE(!s.isComplex(), "complex scalars are not supported on the tpu device (", info.qualname, ")");
+  c10::ScalarType dtype = s.isFloatingPoint() ? c10::kDouble : s.isBoolean() ? c10::kBool : c10::kLong;
+  add_scalar_binding(st, s, dtype, true, info.bake_scalars);
+}
+
 void add_tensor(CallState& st, const at::Tensor& t, const OpInfo& info, size_t arg) {
   if (!t.defined()) {
     mix(st, kTagNone);
@@ -219,22 +226,14 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
         if (v.isNone()) {
           mix(st, kTagNone);
         } else {
-          c10::Scalar s = v.toScalar();
-          c10::ScalarType dtype = s.isFloatingPoint() ? c10::kDouble : s.isBoolean() ? c10::kBool : c10::kLong;
-          TPU_CHECK_TYPE(!s.isComplex(), "complex scalars are not supported on the tpu device (", info.qualname, ")");
-          add_scalar_binding(st, s, dtype, true, info.bake_scalars);
+          add_python_scalar(st, v.toScalar(), info);
         }
         break;
       case ArgKind::RuntimeScalarList: {
         auto list = v.toListRef();
         mix(st, kTagList);
         mix(st, static_cast<int64_t>(list.size()));
-        for (const auto& e : list) {
-          c10::Scalar s = e.toScalar();
-          TPU_CHECK_TYPE(!s.isComplex(), "complex scalars are not supported on the tpu device (", info.qualname, ")");
-          c10::ScalarType dtype = s.isFloatingPoint() ? c10::kDouble : s.isBoolean() ? c10::kBool : c10::kLong;
-          add_scalar_binding(st, s, dtype, true, info.bake_scalars);
-        }
+        for (const auto& e : list) add_python_scalar(st, e.toScalar(), info);
         break;
       }
       case ArgKind::Generator:

@@ -1,7 +1,6 @@
 #include "runtime/host/executor.h"
 
-#include <ATen/Dispatch.h>
-#include <ATen/EmptyTensor.h>
+#include <ATen/ScalarOps.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 
@@ -43,23 +42,13 @@ at::Tensor wrap_binding(const Binding& b) {
   return at::from_blob(b.data, b.sizes, b.strides, opts);
 }
 
-// A scalar binding as a 0-d tensor of its dtype, written directly rather than through
-// at::scalar_tensor (a dispatched empty + fill_, and a copy for integers: ~1 us per scalar
-// argument of every run). Same values: floats convert like fill_ (Scalar::to), integers
-// wrap like the copy from int64 did.
+// A scalar binding as a 0-d tensor of its dtype: ATen's own non-dispatching path for CPU
+// scalars (at::scalar_tensor is a dispatched empty + fill_, ~1 us per scalar argument of
+// every run). Integer values come from an int64 Python number or a 0-d tensor of the
+// binding's dtype, so they are in range.
 at::Tensor scalar_value(const Binding& b) {
-  at::Tensor t = at::detail::empty_cpu({}, b.dtype, /*pin_memory=*/false, std::nullopt);
-  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, b.dtype, "scalar_value", [&] {
-    if constexpr (std::is_floating_point_v<scalar_t> || std::is_same_v<scalar_t, at::Half> ||
-                  std::is_same_v<scalar_t, at::BFloat16>) {
-      *t.data_ptr<scalar_t>() = c10::Scalar(b.d).to<scalar_t>();
-    } else if constexpr (std::is_same_v<scalar_t, bool>) {
-      *t.data_ptr<bool>() = b.i != 0;
-    } else {
-      *t.data_ptr<scalar_t>() = static_cast<scalar_t>(b.i);
-    }
-  });
-  return t;
+  return at::detail::scalar_tensor_static(at::isFloatingType(b.dtype) ? c10::Scalar(b.d) : c10::Scalar(b.i), b.dtype,
+                                          at::kCPU);
 }
 
 // [first, last] bytes a non-empty tensor binding can touch.
@@ -269,33 +258,24 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
   // the same layout, when every reader of that input is an elementwise member of the same
   // cluster. Each tile then reads its elements before it writes the same elements, so the
   // result is that of computing aside and copying, without the copy.
-  std::unordered_map<int32_t, std::vector<int64_t>> not_inplace;
+  store_cluster_.assign(n, -1);
   for (const Step& s : steps_) {
     if (!s.cluster || s.cluster->lead_rank() >= 0) continue;
-    const int32_t c = cluster_of[s.cluster->members().back()];
-    for (const Param& p : params_) {
-      if (p.binding < 0 || is_output_[p.node] || p.shape != s.cluster->shape()) continue;
-      const auto& rs = readers[p.node];
-      const bool inside = !rs.empty() && std::all_of(rs.begin(), rs.end(), [&](int32_t r) {
-        return cluster_of[r] == c && graph.node(r).kind != ir::OpKind::kBroadcastInDim;
-      });
-      for (int32_t m : s.cluster->stores()) {
-        if (!is_output_[m]) continue;
-        auto& allowed = inplace_bindings_[m];
-        if (inside) {
-          allowed.push_back(p.binding);
-        } else {
-          not_inplace[m].push_back(p.binding);
-        }
-      }
-    }
+    for (int32_t m : s.cluster->stores()) store_cluster_[m] = cluster_of[m];
   }
-  // A binding several parameters read is safe only when all of them are.
-  for (auto& [m, allowed] : inplace_bindings_) {
-    const auto& no = not_inplace[m];
-    allowed.erase(std::remove_if(allowed.begin(), allowed.end(),
-                                 [&](int64_t b) { return std::find(no.begin(), no.end(), b) != no.end(); }),
-                  allowed.end());
+  constexpr int32_t kUnseen = -2;
+  reader_cluster_.assign(reads_binding_.size(), kUnseen);
+  for (const Param& p : params_) {
+    if (p.binding < 0) continue;
+    const auto& rs = readers[p.node];
+    int32_t c = rs.empty() || is_output_[p.node] ? -1 : cluster_of[rs.front()];
+    for (int32_t r : rs) {
+      if (cluster_of[r] != c || graph.node(r).kind == ir::OpKind::kBroadcastInDim) c = -1;
+    }
+    if (c >= 0 && (clusters[c]->lead_rank() >= 0 || p.shape != clusters[c]->shape())) c = -1;
+    // A binding several parameters read qualifies only when all of them name the same cluster.
+    int32_t& rc = reader_cluster_[p.binding];
+    rc = rc == kUnseen || rc == c ? c : -1;
   }
 
   // Release each value after the last step (in run order) that reads it; a value nobody reads
@@ -309,10 +289,8 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
 }
 
 bool HostExecutable::inplace_ok(const OutputTarget& o, const Binding& in, int64_t binding) const {
-  auto it = inplace_bindings_.find(o.node);
-  if (it == inplace_bindings_.end() || std::find(it->second.begin(), it->second.end(), binding) == it->second.end()) {
-    return false;
-  }
+  const int32_t c = store_cluster_[o.node];
+  if (c < 0 || reader_cluster_[binding] != c) return false;
   const Binding& d = o.dest;
   if (in.data != d.data || in.dtype != d.dtype || in.snapshot || in.sizes != d.sizes) return false;
   for (size_t k = 0; k < d.sizes.size(); ++k) {

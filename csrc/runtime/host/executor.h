@@ -35,7 +35,6 @@
 
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "runtime/host/fusion.h"
@@ -84,9 +83,10 @@ class HostExecutable final : public Executable {
   std::vector<Param> params_;
   std::vector<bool> reads_binding_;  // per binding index: some live parameter reads it
   std::vector<Step> steps_;
-  // Per output node stored by a plain cluster: the input bindings it may overwrite in place
-  // (read only by that cluster's elementwise members), when they have the output's layout.
-  std::unordered_map<int32_t, std::vector<int64_t>> inplace_bindings_;
+  // In-place writes (inplace_ok): per node, the plain cluster that stores it; per binding, the
+  // plain cluster whose elementwise members are the only readers of it (-1: none).
+  std::vector<int32_t> store_cluster_;
+  std::vector<int32_t> reader_cluster_;
   std::vector<std::string> node_names_;  // per live node: "%3 add" (describe())
 };
 
