@@ -142,6 +142,56 @@ TEST(HostFusion, Bf16AndF16RoundAfterEveryNode) {
   }
 }
 
+TEST(HostFusion, TranscendentalsGiveAtensBitsThroughMkl) {
+  // Where libtorch_cpu carries MKL, ATen's float exp, log, sin, ... kernels are MKL's vector
+  // math functions; a cluster calls the same ones per tile, so fused results equal the kernels'
+  // bits, over whole and partial tiles and a strided input alike.
+  if (dlsym(RTLD_DEFAULT, "vmsTanh") == nullptr) GTEST_SKIP() << "this libtorch_cpu exports no MKL VML (no MKL build)";
+  const int64_t n = 3001;
+  for (OpKind k : {OpKind::kTanh, OpKind::kExp, OpKind::kLog, OpKind::kSin, OpKind::kCos, OpKind::kTan, OpKind::kAsin,
+                   OpKind::kAcos, OpKind::kAtan, OpKind::kErf}) {
+    Program p;
+    int32_t x = p.param(0, DType::kF32, {n});
+    int32_t a = p.add(OpKind::kMul, DType::kF32, {n}, {x, p.splat(DType::kF32, 0.75, {n})});
+    int32_t b = p.add(k, DType::kF32, {n}, {a});
+    int32_t c = p.add(OpKind::kAdd, DType::kF32, {n}, {b, x});
+    at::Tensor xv = at::randn({2 * n}).slice(0, 0, 2 * n, 2);  // strided: gathered per tile
+    if (k == OpKind::kLog) xv = xv.abs();
+    if (k == OpKind::kAsin || k == OpKind::kAcos) xv = xv.clamp(-1.3, 1.3);  // in the domain (NaN != NaN)
+    auto got = check(p, {c}, {tensor_binding(xv)}, 1, /*exact=*/true);
+    EXPECT_EQ(got[0].numel(), n) << ir::op_name(k);
+  }
+}
+
+TEST(HostFusion, TileInvariantOperandsInEveryPosition) {
+  // Constants and one-element inputs are read from their buffer's first lanes by every group
+  // (Instr::fixed): as the first, second and third operand, by the 8-lane tail of a partial
+  // tile, by SLEEF's binary functions, and by pow's x * x rewrite (whose second operand is then
+  // the per-tile first one).
+  const int64_t n = 2005;
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {n});
+  int32_t s = p.param(1, DType::kF32, {});
+  int32_t bs = p.add(OpKind::kBroadcastInDim, DType::kF32, {n}, {s}, {});
+  int32_t two = p.splat(DType::kF32, 2.0, {n});
+  int32_t a = p.add(OpKind::kSub, DType::kF32, {n}, {bs, x});   // fixed first operand
+  int32_t b = p.add(OpKind::kDiv, DType::kF32, {n}, {a, two});  // fixed second operand
+  int32_t m = p.add(OpKind::kCompare, DType::kBool, {n}, {b, bs}, {static_cast<int64_t>(ir::CompareDir::kGt)});
+  int32_t c = p.add(OpKind::kSelect, DType::kF32, {n}, {m, two, b});  // fixed middle operand
+  int32_t d = p.add(OpKind::kSelect, DType::kF32, {n}, {m, c, bs});   // fixed last operand
+  int32_t e = p.add(OpKind::kPow, DType::kF32, {n}, {d, two});        // x * x
+  int32_t f = p.add(OpKind::kAtan2, DType::kF32, {n}, {bs, e});       // SLEEF, fixed first operand
+  int32_t g = p.add(OpKind::kPow, DType::kF32, {n}, {bs, f});         // SLEEF pow, fixed base
+  at::Tensor xv = at::randn({n}), sv = at::scalar_tensor(0.3f);
+  auto got = check(p, {e, g}, {tensor_binding(xv), tensor_binding(sv)}, 1, /*exact=*/false);
+  at::Tensor aa = (0.3f - xv) / 2.f;
+  at::Tensor mm = aa > 0.3f;
+  at::Tensor dd = at::where(mm, at::where(mm, at::full_like(aa, 2.f), aa), at::full_like(aa, 0.3f));
+  EXPECT_TRUE(at::equal(got[0], dd * dd));
+  EXPECT_TRUE(at::allclose(got[1], at::pow(at::full_like(aa, 0.3f), at::atan2(at::full_like(aa, 0.3f), dd * dd)),
+                           1.3e-6, 1e-6));
+}
+
 TEST(HostFusion, BroadcastOperandsAreStrideZeroReads) {
   Program p;
   int32_t x = p.param(0, DType::kF32, {3, 1000});
@@ -429,7 +479,8 @@ TEST(HostFusion, StoresComputedInTheirDestinationAcrossTiles) {
   at::Tensor xv = at::randn({5003}), yv = at::randn({5003});
   auto got = check(p, {a, c}, {tensor_binding(xv), tensor_binding(yv)}, 1, /*exact=*/false);
   EXPECT_TRUE(at::equal(got[0], xv * yv));
-  // tanh: SLEEF's 1-ulp function here, ATen's kernel there (fusion.h): the last float bit may differ.
+  // tanh: ATen's own (MKL) function where libtorch_cpu has it, else SLEEF's 1-ulp one (fusion.h),
+  // whose last float bit may differ from ATen's.
   EXPECT_TRUE(at::allclose(got[1], at::tanh(xv * yv) - xv * yv, 1e-6, 1e-6));
   HostExecutable exe = compile(p, {a, c}, true);
   at::Tensor da = at::empty({5003}), dc = at::empty({5003}), dc2 = at::zeros({5003, 2});

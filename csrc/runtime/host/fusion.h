@@ -173,6 +173,9 @@ class Cluster {
     // other value reuses. A Python scalar's convert and broadcast cost a pass each otherwise.
     bool invariant = false;
     bool pow_scalar = false;  // pow whose exponent is tile-invariant: x^2, x^0.5, x^-0.5 special-cased
+    // Bit k: operand k (a, b, c) of a per-tile instruction is tile-invariant, so it reads the
+    // buffer's first lanes for every group (one value in all lanes) instead of streaming it.
+    uint8_t fixed = 0;
     bool rows = false;        // row clusters: computes one value per row (a reduction, or arithmetic on them)
     bool expand = false;      // a broadcast of a per-row value back over its row
   };
