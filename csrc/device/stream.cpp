@@ -28,11 +28,11 @@ class StreamQueue {
 
   StreamQueue(c10::DeviceIndex device, c10::StreamId id) : device_(device), id_(id) {}
 
-  uint64_t enqueue(std::unique_ptr<Work> work) {
+  uint64_t enqueue(std::unique_ptr<Work> work, bool bounded = true) {
     rethrow_pending();
     // Bounded run-ahead (like a GPU's launch queue): a host that races thousands of ops ahead
     // would allocate fresh memory for every queued output instead of reusing freed blocks.
-    if (enqueued_.load() - completed_.load() >= kMaxQueued) wait(enqueued_.load() - kMaxQueued / 2);
+    if (bounded && enqueued_.load() - completed_.load() >= kMaxQueued) wait(enqueued_.load() - kMaxQueued / 2);
     uint64_t ticket;
     bool wake;
     {
@@ -225,7 +225,7 @@ uint64_t enqueue(const c10::Stream& stream, std::unique_ptr<Work> work) {
 }
 
 uint64_t enqueue_unflushed(const c10::Stream& stream, std::unique_ptr<Work> work) {
-  return queue_of(stream).enqueue(std::move(work));
+  return queue_of(stream).enqueue(std::move(work), /*bounded=*/false);
 }
 
 void wait_for_ticket(const c10::Stream& stream, uint64_t ticket) { queue_of(stream).wait(ticket); }

@@ -641,7 +641,6 @@ struct FusedWork final : device::Work {
 // Takes the pending graph of one device (caller holds g_mu) and returns the work that runs it.
 std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
   const size_t nops = p.ops.size();
-  g_pending_ops -= static_cast<int>(nops);
   g_stats.flushes_by_cause[static_cast<int>(cause)]++;
   g_stats.largest_graph_ops = std::max<uint64_t>(g_stats.largest_graph_ops, nops);
   if (nops >= 2) g_stats.ops_fused += nops;
@@ -737,18 +736,27 @@ constexpr uint64_t kMaxQueuedGraphs = 2;
 // Always on the stream's worker, even when the host is about to wait: the worker runs ATen with
 // one OpenMP thread, while the calling thread's OpenMP team would spin-wait against it (and
 // against the next step's recording) on a small machine.
-void run_work(std::unique_ptr<FusedWork> work, const c10::Stream& stream) {
-  const uint64_t ticket = device::enqueue_unflushed(stream, std::move(work));
-  if (ticket > kMaxQueuedGraphs) device::wait_for_ticket(stream, ticket - kMaxQueuedGraphs);
-}
-
+// The graph is enqueued before g_mu is released, and only then stops counting as pending: with
+// threads recording concurrently, graphs then reach the stream in the order they were taken
+// (a later graph may read this one's values), and a host read on another thread that finds
+// nothing pending finds this graph queued, so its wait covers it. The run-ahead bound waits
+// outside the lock.
 void flush_device_locked(std::unique_lock<std::mutex>& lock, c10::DeviceIndex device, device::FlushCause cause) {
   auto it = g_pending.find(device);
   if (it == g_pending.end() || it->second.ops.empty()) return;
   c10::Stream stream = it->second.stream;
+  const int nops = static_cast<int>(it->second.ops.size());
   auto work = take_locked(it->second, cause);
+  uint64_t ticket = 0;
+  try {
+    ticket = device::enqueue_unflushed(stream, std::move(work));  // rethrows an earlier graph's error
+  } catch (...) {
+    g_pending_ops -= nops;
+    throw;
+  }
+  g_pending_ops -= nops;
   lock.unlock();
-  run_work(std::move(work), stream);
+  if (ticket > kMaxQueuedGraphs) device::wait_for_ticket(stream, ticket - kMaxQueuedGraphs);
   lock.lock();
 }
 
