@@ -67,6 +67,11 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_HOST_FUSION", "1",
        "`0` turns off the host runtime's fused elementwise clusters (every IR node then runs as "
        "its own ATen kernel); read when a program is compiled."},
+      {"TORCH_TPU_HOST_SCRATCH_CACHE", "1GiB",
+       "Bytes of freed intermediate buffers (the CPU tensors a host-runtime program creates while it "
+       "runs, 256 KiB and larger) kept for reuse by later programs, so a training loop does not "
+       "page fresh memory in every step: bytes or a size with a unit. `0` returns every one to "
+       "the system. torch.tpu.empty_cache() releases them."},
       {"TORCH_TPU_HOST_KERNEL_THREADS", "2",
        "Threads (the calling one included, at most the number of CPUs) that a large elementwise "
        "kernel (at least 128K elements) or fused cluster (elements times half its instruction "

@@ -11,6 +11,7 @@
 
 #include "device/device.h"
 #include "device/stream.h"
+#include "runtime/host/scratch_allocator.h"
 #include "runtime/residency.h"
 
 namespace torch_tpu::device {
@@ -158,6 +159,7 @@ c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes
       FlushCauseScope cause(FlushCause::kMemory);
       synchronize_device(device);
     }
+    runtime::host::release_scratch_cache();
     std::lock_guard<std::mutex> g(p.mu);
     p.release_cache_locked();
   }
@@ -191,9 +193,12 @@ void DeviceAllocator::reset_accumulated(c10::DeviceIndex device) {
 }
 
 void DeviceAllocator::empty_cache(c10::DeviceIndex device) {
-  Pool& p = pool(device);
-  std::lock_guard<std::mutex> g(p.mu);
-  p.release_cache_locked();
+  {
+    Pool& p = pool(device);
+    std::lock_guard<std::mutex> g(p.mu);
+    p.release_cache_locked();
+  }
+  runtime::host::release_scratch_cache();  // host programs' cached intermediates live in the same RAM
 }
 
 c10::DeviceIndex DeviceAllocator::device_of(const void* ptr) const {

@@ -11,6 +11,7 @@
 
 #include "common/check.h"
 #include "ir/printer.h"
+#include "runtime/host/scratch_allocator.h"
 
 namespace torch_tpu::runtime {
 namespace host {
@@ -329,6 +330,7 @@ at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>
 void HostExecutable::run(const std::vector<Binding>& inputs,
                          const std::vector<OutputTarget>& outputs, RngState rng) const {
   InternalDispatchGuard guard;
+  ScratchScope scratch;  // intermediates come from (and go back to) the scratch cache
   Values values(static_cast<size_t>(num_nodes_));
 
   // Destinations: which node each goes to, and which one (if any) a kernel may write into.
