@@ -722,10 +722,8 @@ void exec_instr(const Cluster::Instr& instr, SlotFn slot, int64_t n, int64_t n8,
     if (in.b == in.a) in.fixed = static_cast<uint8_t>((in.fixed & ~2) | ((in.fixed & 1) << 1));  // x * x
   }
   float* d = slot(in.dst);
-  static const bool xx_nofixed = std::getenv("XX_NOFIXED") != nullptr, xx_novml = std::getenv("XX_NOVML") != nullptr;
-  if (xx_nofixed) in.fixed = 0;
   const int64_t ma = in.fixed & 1 ? 0 : -1, mb = in.fixed & 2 ? 0 : -1, mc = in.fixed & 4 ? 0 : -1;
-  if (VmlUnary f = xx_novml ? nullptr : vml()[in.op]) {  // n8 <= a tile buffer, or an in-place operand's length
+  if (VmlUnary f = vml()[in.op]) {  // n8 <= a tile buffer, or an in-place operand's length
     f(static_cast<int>(n8), slot(in.a), d, kVmlMode);
   } else if (!(use_sleef && exec_sleef(in.op, d, slot(in.a), slot(in.b), n8, ma, mb))) {
 #if defined(__x86_64__)
