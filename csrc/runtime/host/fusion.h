@@ -21,10 +21,15 @@
 //  * Members are evaluated by simple loops over float buffers in fixed-width groups of 8, which
 //    GCC vectorizes at -O2; the loop function is cloned for AVX2 (chosen at load time by the
 //    ifunc resolver), and where ATen runs its AVX512 kernels an avx512f version takes groups
-//    of 16 (same bits: the ops are IEEE-exact). Transcendentals use the 1-ulp SLEEF functions that libtorch_cpu
-//    exports (looked up with dlsym; 16 lanes at a time where ATen runs its AVX512 kernels, else
-//    8: both widths give the same bits), else std:: per element; both may differ from ATen's
-//    kernels in the last float bit. Arithmetic, compare, select and convert are bit-exact.
+//    of 16 (same bits: the ops are IEEE-exact). A tile-invariant operand (a constant, a
+//    one-element input, arithmetic on those) is read from its buffer's first lanes by every
+//    group instead of being streamed (Instr::fixed). Exp, log, sin, cos, tan, tanh, asin,
+//    acos, atan and erf call the MKL vector math functions that libtorch_cpu exports (where
+//    PyTorch is built with MKL), which are what ATen's own kernels call: same bits. The other
+//    transcendentals use the 1-ulp SLEEF functions it exports (16 lanes at a time where ATen
+//    runs its AVX512 kernels, else 8: both widths give the same bits), else std:: per element;
+//    these may differ from ATen's kernels in the last float bit. Arithmetic, compare, select
+//    and convert are bit-exact.
 //    Tiles are split across ATen's intra-op thread pool like ATen's own elementwise kernels.
 //  * Row clusters (reductions with their prologue and epilogue): a cluster may also hold f32
 //    sum/max/min reductions over its shape's trailing dims (a "row" of M elements), the
