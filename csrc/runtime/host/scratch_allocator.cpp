@@ -4,8 +4,10 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <pthread.h>
 
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <vector>
 
@@ -86,6 +88,10 @@ class ScratchAllocator final : public c10::Allocator {
 
   c10::Allocator* wrapped() const { return wrapped_; }
 
+  // In a child of fork(): the mutex may have been held by a thread that does not exist there
+  // (a stream worker mid-program), and a raw free takes it. The blocks stay as they were.
+  void reset_mutex_after_fork() { new (&mu_) std::mutex(); }
+
  private:
   static void free_scratch(void* p);
   static void raw_free(void* p);
@@ -103,6 +109,7 @@ ScratchAllocator* instance() {
   static ScratchAllocator* a = [] {
     auto* s = new ScratchAllocator(c10::GetCPUAllocator());
     c10::SetCPUAllocator(s);
+    pthread_atfork(nullptr, nullptr, [] { instance()->reset_mutex_after_fork(); });
     return s;
   }();
   return a;
