@@ -212,6 +212,32 @@ TEST(HostFusion, BroadcastOperandsAreStrideZeroReads) {
   EXPECT_TRUE(at::equal(r[0], (xv + biasv) * colv - 0.25f));
 }
 
+TEST(HostFusion, InputsRepeatingEveryTileAreLoadedOnce) {
+  // In a plain cluster, a bias of 64 over rows of 64 repeats every tile of 1024 (loaded once per
+  // run, including into the last partial tile); one of 48 does not divide the tile (loaded per
+  // tile). A row cluster holds whole rows per tile, so a weight over its rows always repeats.
+  for (int64_t width : {64, 48}) {
+    for (bool row : {false, true}) {
+      Program p;
+      int32_t x = p.param(0, DType::kF32, {40, width});
+      int32_t bias = p.param(1, DType::kF32, {width});
+      int32_t bb = p.add(OpKind::kBroadcastInDim, DType::kF32, {40, width}, {bias}, {1});
+      int32_t a = p.add(OpKind::kAdd, DType::kF32, {40, width}, {x, bb});
+      int32_t m = p.add(OpKind::kMul, DType::kF32, {40, width}, {a, bb});
+      std::vector<int32_t> outs = {m};
+      if (row)
+        outs.push_back(p.add(OpKind::kReduce, DType::kF32, {40}, {m}, {static_cast<int64_t>(ir::ReduceKind::kMax), 1}));
+      at::Tensor xv = at::randn({40, width}), bv = at::randn({width});
+      auto got = check(p, outs, {tensor_binding(xv), tensor_binding(bv)}, 1);
+      at::Tensor want = (xv + bv) * bv;
+      EXPECT_TRUE(at::equal(got[0], want)) << width << " " << row;
+      if (row) {
+        EXPECT_TRUE(at::equal(got[1], std::get<0>(want.max(1)))) << width;
+      }
+    }
+  }
+}
+
 TEST(HostFusion, StridedInputsAndStridedDirectOutput) {
   Program p;
   int32_t x = p.param(0, DType::kF32, {40, 70});

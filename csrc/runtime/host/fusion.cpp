@@ -1018,13 +1018,19 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   // How each input reaches its slot: filled once (one value for every tile), read where it lies
   // (contiguous float32: no instruction writes an input's slot, build() never reuses one), or
   // loaded per tile. On the stack for clusters of up to 16 inputs: no allocation per run.
-  enum InputMode : uint8_t { kLoadPerTile, kUniform, kInPlace };
+  // Also loaded once: an input broadcast along its leading dims whose remaining extent divides
+  // the tile (a row cluster's weight over its rows; a bias of 64 in tiles of 1024), since every
+  // tile starts at a multiple of it and so holds the same values.
+  enum InputMode : uint8_t { kLoadPerTile, kUniform, kInPlace, kSameEveryTile };
   c10::SmallVector<uint8_t, 16> mode(inputs_.size(), kLoadPerTile);
   for (size_t i = 0; i < inputs_.size(); ++i) {
-    if (inputs_[i].one_element || in_acc[i].uniform()) {
+    const Access& a = in_acc[i];
+    if (inputs_[i].one_element || a.uniform()) {
       mode[i] = kUniform;
-    } else if (in_acc[i].dtype == at::kFloat && in_acc[i].contiguous() && !inputs_[i].compact) {
+    } else if (a.dtype == at::kFloat && a.contiguous() && !inputs_[i].compact) {
       mode[i] = kInPlace;
+    } else if (!inputs_[i].compact && a.sizes.size() >= 2 && a.strides[0] == 0 && tile_ % (numel_ / a.sizes[0]) == 0) {
+      mode[i] = kSameEveryTile;
     }
   }
 
@@ -1043,6 +1049,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     // Splats and uniform inputs are the same for every tile: filled once.
     for (auto [s, v] : splats_) std::fill_n(slot(s), tile, v);
     for (size_t i = 0; i < inputs_.size(); ++i) {
+      if (mode[i] == kSameEveryTile) load(in_acc[i], 0, std::min(tile, numel_), slot(inputs_[i].slot));
       if (mode[i] != kUniform) continue;
       float v;
       load(in_acc[i], 0, 1, &v);
@@ -1055,7 +1062,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t start = t * tile, n = std::min(tile, numel_ - start), n8 = (n + 7) / 8 * 8;
       for (size_t i = 0; i < inputs_.size(); ++i) {
-        if (mode[i] == kUniform) continue;
+        if (mode[i] == kUniform || mode[i] == kSameEveryTile) continue;
         const int16_t s = inputs_[i].slot;
         // In place only while the 8-lane rounding reads inside the operand (not the last tile).
         if (mode[i] == kInPlace && start + n8 <= numel_) {
