@@ -15,13 +15,16 @@ def metrics() -> dict[str, Any]:
     hits, kernels launched, stores skipped and bytes never materialized, graph compile time;
     ``peak_memory_allocated`` is the allocator's peak for device 0; ``compile`` is
     ``torch_tpu.compile.stats()`` (graphs compiled, reused and loaded from disk, recompiles by
-    reason, shape specializations, graph breaks, fallbacks)."""
+    reason, shape specializations, graph breaks, fallbacks); ``host_scratch`` is the host
+    runtime's cache of program intermediates (bytes live and cached, requests served from the
+    cache and from new memory; TORCH_TPU_HOST_SCRATCH_CACHE)."""
     from .compile import stats as compile_stats
 
     out = _C._metrics()
     out["fused"] = _C._fused_metrics()
     out["peak_memory_allocated"] = _C._memory_stats(0).get("allocated_bytes.all.peak", 0)
     out["compile"] = compile_stats()
+    out["host_scratch"] = _C._host_scratch_stats()
     return out
 
 

@@ -1,8 +1,9 @@
 // Python bindings for execution: modes, metrics, the program cache, the environment registry,
 // and the lowering bridge (the compile hook that calls torch_tpu.lowering on a cache miss).
 #include <torch/csrc/jit/python/pybind_utils.h>
-#include <cmath>
 #include <torch/csrc/utils/pybind.h>
+
+#include <cmath>
 
 #include "common/config.h"
 #include "compiler/program_cache.h"
@@ -12,6 +13,7 @@
 #include "python/bindings.h"
 #include "python/ir_convert.h"
 #include "runtime/host/kernel_threads.h"
+#include "runtime/host/scratch_allocator.h"
 
 namespace py = pybind11;
 
@@ -187,6 +189,15 @@ void init_exec_bindings(py::module_& m) {
   m.def("_reset_metrics", [] { exec::reset_metrics(); });
   // Kernels the host runtime split across its kernel threads since the process started (tests).
   m.def("_host_kernel_splits", [] { return runtime::host::splits_with_helpers(); });
+  m.def("_host_scratch_stats", [] {
+    const runtime::host::ScratchStats st = runtime::host::scratch_stats();
+    py::dict d;
+    d["live_bytes"] = st.live_bytes;
+    d["cached_bytes"] = st.cached_bytes;
+    d["hits"] = st.hits;
+    d["misses"] = st.misses;
+    return d;
+  });
   m.def("_clear_program_cache", [] { compiler::eager_cache().clear(); });
   m.def("_env_registry", [] {
     py::list l;

@@ -119,3 +119,25 @@ def test_op_outputs_are_counted_and_freed() -> None:
     del x, y
     torch.tpu.synchronize()
     assert torch.tpu.memory_allocated() == base
+
+
+def test_program_intermediates_are_recycled() -> None:
+    """A program's large intermediates (here the first product, 512 KiB) come from the host
+    scratch cache from the second run on, and torch.tpu.empty_cache() releases the cache."""
+    import torch_tpu
+
+    torch.manual_seed(0)
+    x, w = torch.randn(256, 512), torch.randn(512, 512) / 16
+    xt, wt = x.to("tpu"), w.to("tpu")
+    want = ((x @ w).relu() @ w).sum()
+    with torch_tpu.mode("fused"):
+        torch.testing.assert_close(((xt @ wt).relu() @ wt).sum().cpu(), want, rtol=1e-4, atol=1e-3)
+        before = torch_tpu.metrics()["host_scratch"]
+        for _ in range(3):
+            torch.testing.assert_close(((xt @ wt).relu() @ wt).sum().cpu(), want, rtol=1e-4, atol=1e-3)
+    after = torch_tpu.metrics()["host_scratch"]
+    assert after["hits"] >= before["hits"] + 3
+    assert after["misses"] == before["misses"]
+    assert after["live_bytes"] == 0 and after["cached_bytes"] >= 512 * 256 * 4
+    torch.tpu.empty_cache()
+    assert torch_tpu.metrics()["host_scratch"]["cached_bytes"] == 0
