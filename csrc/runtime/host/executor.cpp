@@ -54,14 +54,7 @@ at::Tensor scalar_value(const Binding& b) {
 
 // [first, last] bytes a non-empty tensor binding can touch.
 std::pair<uintptr_t, uintptr_t> byte_range(const Binding& b) {
-  int64_t lo = 0, hi = 0;
-  for (size_t d = 0; d < b.sizes.size(); ++d) {
-    int64_t ext = (b.sizes[d] - 1) * b.strides[d];
-    (ext < 0 ? lo : hi) += ext;
-  }
-  auto base = reinterpret_cast<uintptr_t>(b.data);
-  int64_t item = c10::elementSize(b.dtype);
-  return {base + lo * item, base + hi * item + item - 1};
+  return byte_extent(b.data, b.sizes, b.strides, static_cast<int64_t>(c10::elementSize(b.dtype)));
 }
 
 Kernel make_kernel(const ir::Graph& g, int32_t id) {

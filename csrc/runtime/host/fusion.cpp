@@ -997,10 +997,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   // storing instruction's buffer is the destination itself (except in a last partial tile,
   // whose rounded-up lanes would run past it), which saves the copy out of the tile.
   auto byte_span = [](const Access& a) {
-    int64_t hi = 0;
-    for (size_t d = 0; d < a.sizes.size(); ++d) hi += (a.sizes[d] - 1) * a.strides[d];
-    const auto lo = reinterpret_cast<uintptr_t>(a.base);
-    return std::pair<uintptr_t, uintptr_t>{lo, lo + static_cast<uintptr_t>((hi + 1) * c10::elementSize(a.dtype)) - 1};
+    return byte_extent(a.base, a.sizes, a.strides, static_cast<int64_t>(c10::elementSize(a.dtype)));
   };
   c10::SmallVector<uint8_t, 16> store_in_place(stores_.size(), 0);
   for (size_t j = 0; j < stores_.size(); ++j) {

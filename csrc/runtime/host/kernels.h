@@ -14,7 +14,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "ir/graph.h"
@@ -37,6 +39,19 @@ Kernel make_contract_kernel(const ir::Graph& g, int32_t id);     // kernels_cont
 // Small shared helpers.
 inline std::vector<int64_t> attr_slice(const ir::Node& n, size_t from, size_t count) {
   return {n.iattrs.begin() + from, n.iattrs.begin() + from + count};
+}
+
+// [first, last] byte addresses a non-empty strided region can touch (strides in elements, of
+// either sign): overlap tests between bindings (executor) and cluster operands (fusion).
+inline std::pair<uintptr_t, uintptr_t> byte_extent(const void* base, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                                                   int64_t item) {
+  int64_t lo = 0, hi = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const int64_t ext = (sizes[d] - 1) * strides[d];
+    (ext < 0 ? lo : hi) += ext;
+  }
+  const auto b = reinterpret_cast<uintptr_t>(base);
+  return {b + lo * item, b + hi * item + item - 1};
 }
 
 }  // namespace torch_tpu::runtime::host
