@@ -28,23 +28,20 @@ class ScratchAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     if (!t_in_scope || n < kMinScratchBytes) return wrapped_->allocate(n);
     const size_t size = (n + kRound - 1) / kRound * kRound;
-    void* p = nullptr;
     {
       std::lock_guard<std::mutex> g(mu_);
       if (auto it = free_.find(size); it != free_.end() && !it->second.empty()) {
-        p = it->second.back();
+        void* p = it->second.back();
         it->second.pop_back();
         stats_.cached_bytes -= size;
         stats_.hits++;
+        return take_locked(p, size);
       }
     }
-    const bool fresh = p == nullptr;
-    if (fresh) p = c10::alloc_cpu(size);  // throws c10::Error when memory is exhausted
+    void* p = c10::alloc_cpu(size);  // outside the lock; throws c10::Error when memory is exhausted
     std::lock_guard<std::mutex> g(mu_);
-    if (fresh) stats_.misses++;
-    live_[p] = size;
-    stats_.live_bytes += size;
-    return {p, p, &free_scratch, c10::Device(c10::DeviceType::CPU)};
+    stats_.misses++;
+    return take_locked(p, size);
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &raw_free; }
@@ -93,6 +90,13 @@ class ScratchAllocator final : public c10::Allocator {
   void reset_mutex_after_fork() { new (&mu_) std::mutex(); }
 
  private:
+  // Registers block p as live (caller holds mu_).
+  c10::DataPtr take_locked(void* p, size_t size) {
+    live_[p] = size;
+    stats_.live_bytes += size;
+    return {p, p, &free_scratch, c10::Device(c10::DeviceType::CPU)};
+  }
+
   static void free_scratch(void* p);
   static void raw_free(void* p);
 
