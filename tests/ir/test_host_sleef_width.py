@@ -1,5 +1,6 @@
 """The host runtime's fused clusters run 16 lanes at a time where ATen runs its AVX512 kernels
-(SLEEF's 16-wide functions and the AVX512 tile loops), and 8 at a time otherwise
+(SLEEF's 16-wide functions and the AVX512 tile loops; exp, log, tanh, sin, cos, erf and atan
+call MKL's vector math either way), and 8 at a time otherwise
 (runtime/host/fusion.cpp). Both widths must give the same bits, so results do not depend on
 the machine's vector width or on where a tile ends. (Where ATen runs AVX2 kernels both runs
 take 8 lanes; the values are still checked against CPU.)"""
@@ -32,7 +33,7 @@ CODE = textwrap.dedent("""
                 (t.abs() + 1).rsqrt() * 1, torch.fmod(t, u + 3.0) * 1, torch.where(t > u, t * 2, -u) * 1,
                 t.clamp(-2.5, 2.5).sign() * t.neg()]
     got = [o.cpu() for o in run(x.to("tpu")) + plain(x.to("tpu"))]
-    # The values themselves against CPU (the same SLEEF functions, so float32 rounding only).
+    # The values themselves against CPU (MKL's or SLEEF's functions, so float32 rounding only).
     for g, e in zip(got, run(x) + plain(x)):
         torch.testing.assert_close(g, e, equal_nan=True)
     torch.save(got, sys.argv[1])
