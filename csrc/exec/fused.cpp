@@ -747,14 +747,15 @@ void flush_device_locked(std::unique_lock<std::mutex>& lock, c10::DeviceIndex de
   c10::Stream stream = it->second.stream;
   const int nops = static_cast<int>(it->second.ops.size());
   auto work = take_locked(it->second, cause);
-  uint64_t ticket = 0;
-  try {
-    ticket = device::enqueue_unflushed(stream, std::move(work));  // rethrows an earlier graph's error
-  } catch (...) {
-    g_pending_ops -= nops;
-    throw;
+  uint64_t ticket;
+  {
+    // No longer pending once queued, or dropped (enqueue rethrows an earlier graph's error).
+    struct Uncount {
+      int n;
+      ~Uncount() { g_pending_ops -= n; }
+    } uncount{nops};
+    ticket = device::enqueue_unflushed(stream, std::move(work));
   }
-  g_pending_ops -= nops;
   lock.unlock();
   if (ticket > kMaxQueuedGraphs) device::wait_for_ticket(stream, ticket - kMaxQueuedGraphs);
   lock.lock();
