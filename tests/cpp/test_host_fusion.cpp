@@ -167,6 +167,26 @@ TEST(HostFusion, TranscendentalsGiveAtensBitsThroughMkl) {
   }
 }
 
+TEST(HostFusion, ExpOfUnderflowingInputsKeepsAtensBits) {
+  // Lanes below -110 (masked attention scores at -inf, say) skip MKL's slow underflow path:
+  // computed from 0 and zeroed. Results must still be ATen's (MKL's) bits, denormals included,
+  // next to infinities, in tiles with and without such lanes.
+  if (!has_mkl_vml()) GTEST_SKIP() << "this libtorch_cpu exports no MKL VML (no MKL build)";
+  const int64_t n = 3001;
+  at::Tensor xv = at::randn({n}) * 60 - 60;  // about a third below -87: denormal or zero results
+  xv.slice(0, 0, 1024).clamp_min_(-80);      // the first tile takes MKL's call unchanged
+  const float specials[] = {-INFINITY, -1e30f, -110.5f, -110.f, -104.f, -103.9f, -100.f, -87.4f, INFINITY, 0.f};
+  for (size_t i = 0; i < std::size(specials); ++i) xv[1500 + 7 * static_cast<int64_t>(i)] = specials[i];
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {n});
+  int32_t a = p.add(OpKind::kSub, DType::kF32, {n}, {x, p.splat(DType::kF32, 0.5, {n})});
+  int32_t b = p.add(OpKind::kExp, DType::kF32, {n}, {a});
+  int32_t c = p.add(OpKind::kExp, DType::kF32, {n}, {x});  // straight from the input's memory
+  int32_t d = p.add(OpKind::kAdd, DType::kF32, {n}, {b, c});
+  auto got = check(p, {b, d}, {tensor_binding(xv)}, 1, /*exact=*/true);
+  EXPECT_TRUE(at::equal(got[0], at::exp(xv - 0.5f)));
+}
+
 TEST(HostFusion, TileInvariantOperandsInEveryPosition) {
   // Constants and one-element inputs are read from their buffer's first lanes by every group
   // (Instr::fixed): as the first, second and third operand, by the 8-lane tail of a partial
