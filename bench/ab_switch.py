@@ -10,7 +10,8 @@ Rounds alternate the switch (unset/set, then set/unset) with one warm-up step af
 and the median of the per-round ratios is reported, which cancels drift slower than a round.
 A switch read at compile time (a cached program or fused graph) is not toggled by this.
 Workloads are bench/fused_vs_strict.py's (gpt, gpt2width, resnet, preprocess); mode is
-strict, fused or native (CPU eager).
+strict, fused, native (CPU eager) or compiled (bench/compile.py's torch.compile(backend="tpu")
+training step, for gpt and resnet).
 """
 
 from __future__ import annotations
@@ -33,14 +34,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("switch", help="environment variable the change under test reads")
     ap.add_argument("workload", choices=sorted(WORKLOADS))
-    ap.add_argument("mode", choices=["strict", "fused", "native"])
+    ap.add_argument("mode", choices=["strict", "fused", "native", "compiled"])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
     device = "cpu" if args.mode == "native" else "tpu"
-    if args.mode != "native":
-        torch_tpu.set_mode(args.mode)
-    step = WORKLOADS[args.workload](device)
+    if args.mode == "compiled":
+        from compile import _setup
+
+        if args.workload not in ("gpt", "resnet"):
+            raise SystemExit("compiled mode runs the gpt and resnet training steps only")
+        step, _ = _setup("compiled", args.workload, train=True)
+    else:
+        if args.mode != "native":
+            torch_tpu.set_mode(args.mode)
+        step = WORKLOADS[args.workload](device)
     for _ in range(3):
         step().item()
     times: dict[bool, list[float]] = {False: [], True: []}

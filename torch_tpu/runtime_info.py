@@ -17,7 +17,9 @@ def metrics() -> dict[str, Any]:
     ``torch_tpu.compile.stats()`` (graphs compiled, reused and loaded from disk, recompiles by
     reason, shape specializations, graph breaks, fallbacks); ``host_scratch`` is the host
     runtime's cache of program intermediates (bytes live and cached, requests served from the
-    cache and from new memory; TORCH_TPU_HOST_SCRATCH_CACHE)."""
+    cache and from new memory; TORCH_TPU_HOST_SCRATCH_CACHE); ``host_threads`` counts kernels
+    the host runtime split across threads and the work items (program steps, kernel parts) that
+    threads blocked in a wait ran for a stream's worker (TORCH_TPU_HOST_HELP_SPIN_US)."""
     from .compile import stats as compile_stats
 
     out = _C._metrics()
@@ -25,6 +27,7 @@ def metrics() -> dict[str, Any]:
     out["peak_memory_allocated"] = _C._memory_stats(0).get("allocated_bytes.all.peak", 0)
     out["compile"] = compile_stats()
     out["host_scratch"] = _C._host_scratch_stats()
+    out["host_threads"] = _C._host_thread_stats()
     return out
 
 

@@ -78,6 +78,12 @@ const std::vector<EnvVar>& registry() {
        "count at least 128K) of the host runtime is split across when it runs on a stream "
        "worker, whose ATen kernels are single-threaded. The helpers sleep when idle. `1` turns "
        "splitting off; read at the first large kernel."},
+      {"TORCH_TPU_HOST_HELP_SPIN_US", "2000",
+       "A thread blocked waiting for a stream of the host runtime (at `.item()`, a host read or a "
+       "synchronize) spins instead of sleeping and runs work the stream's worker offers: "
+       "independent steps of a program and parts of mid-sized fused clusters. It goes back to "
+       "sleeping after this many microseconds with nothing offered. `0` turns helping off; read at "
+       "the first wait."},
       {"TORCH_TPU_COMPILE_MAX_SHAPES", "8",
        "torch.compile with dynamic shapes compiles one program per concrete input shape, for at "
        "most this many shapes per graph (each warns and counts as a specialization); calls with "

@@ -13,6 +13,7 @@
 #include "common/blocking_wait.h"
 #include "common/check.h"
 #include "device/device.h"
+#include "runtime/host/kernel_threads.h"
 #include "runtime/runtime.h"
 
 // From the OpenMP runtime PyTorch already loads (libgomp); per-thread setting.
@@ -52,6 +53,8 @@ class StreamQueue {
   void wait(uint64_t ticket) {
     if (completed_.load() >= ticket) return;
     BlockingWait unblock_python;  // the worker may need the GIL to finish (common/blocking_wait.h)
+    // Spin while the worker offers work this thread can run (runtime/host/kernel_threads.h).
+    if (runtime::host::help_while_waiting([&] { return completed_.load() >= ticket; })) return;
     std::unique_lock<std::mutex> lk(mu_);
     waiters_++;
     cv_done_.wait(lk, [&] { return completed_.load() >= ticket; });

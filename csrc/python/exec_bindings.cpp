@@ -189,6 +189,12 @@ void init_exec_bindings(py::module_& m) {
   m.def("_reset_metrics", [] { exec::reset_metrics(); });
   // Kernels the host runtime split across its kernel threads since the process started (tests).
   m.def("_host_kernel_splits", [] { return runtime::host::splits_with_helpers(); });
+  m.def("_host_thread_stats", [] {
+    py::dict d;
+    d["kernel_splits"] = runtime::host::splits_with_helpers();
+    d["waiting_thread_work"] = runtime::host::work_run_by_waiting_threads();
+    return d;
+  });
   m.def("_host_scratch_stats", [] {
     const runtime::host::ScratchStats st = runtime::host::scratch_stats();
     py::dict d;

@@ -5,12 +5,17 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/check.h"
 #include "ir/printer.h"
+#include "runtime/host/kernel_threads.h"
 #include "runtime/host/scratch_allocator.h"
 
 namespace torch_tpu::runtime {
@@ -55,6 +60,26 @@ at::Tensor scalar_value(const Binding& b) {
 // [first, last] bytes a non-empty tensor binding can touch.
 std::pair<uintptr_t, uintptr_t> byte_range(const Binding& b) {
   return byte_extent(b.data, b.sizes, b.strides, static_cast<int64_t>(c10::elementSize(b.dtype)));
+}
+
+// Whether a step is large enough that its kernel splits across the kernel threads
+// (kernel_threads.h), estimated as the kernels do: a contraction by multiply-adds, a cluster by
+// elements x half its members, anything else by output elements.
+bool splits(const ir::Graph& g, int32_t id, const Cluster* cluster) {
+  const ir::Node& n = g.node(id);
+  if (cluster != nullptr) {
+    const int64_t numel = c10::multiply_integers(cluster->shape());
+    return numel * std::max<int64_t>(1, static_cast<int64_t>(cluster->members().size()) / 2) >= kSplitMinElements;
+  }
+  const int64_t numel = c10::multiply_integers(n.shape);
+  if (n.kind != ir::OpKind::kDotGeneral) return numel >= kSplitMinElements;
+  // dot_general attributes: batch-dim count, lhs batch dims, ..., then contracting dims.
+  const auto& a = n.iattrs;
+  const size_t nb = a[0], nc = a[1 + 2 * nb];
+  const ir::Node& lhs = g.node(n.operands[0]);
+  int64_t k = 1;
+  for (int64_t d : attr_slice(n, 2 + 2 * nb, nc)) k *= lhs.shape[d];
+  return numel * k / kMultiplyAddsPerElement >= kSplitMinElements;
 }
 
 Kernel make_kernel(const ir::Graph& g, int32_t id) {
@@ -280,6 +305,47 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     for (int32_t r : readers[v]) at_step = std::max(at_step, step_of[r]);
     if (at_step >= 0) steps_[at_step].release.push_back(v);
   }
+
+  // For runs shared with a waiting thread (SharedRun): per step, the values it reads from
+  // other steps or parameters and the steps that define them; per value, how many steps read
+  // it; values no other step reads go with their own step (released when it finishes).
+  step_of_node_ = step_of;
+  value_readers_.assign(n, 0);
+  std::vector<std::vector<int32_t>> step_reads(steps_.size());
+  for (int32_t v = 0; v < num_nodes_; ++v) {
+    if (!live[v]) continue;
+    for (int32_t r : readers[v]) {
+      const int32_t rs = step_of[r];
+      if (rs < 0 || rs == step_of[v]) continue;
+      auto& reads = step_reads[static_cast<size_t>(rs)];
+      if (reads.empty() || reads.back() != v) reads.push_back(v);
+    }
+  }
+  for (const Step& st : steps_) helper_may_run_.push_back(!splits(graph, st.node, st.cluster.get()));
+  dep_begin_.push_back(0);
+  read_begin_.push_back(0);
+  orphan_begin_.push_back(0);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    std::vector<int32_t> deps;
+    for (int32_t v : step_reads[i]) {
+      reads_.push_back(v);
+      ++value_readers_[v];
+      if (step_of[v] >= 0) deps.push_back(step_of[v]);
+    }
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    deps_.insert(deps_.end(), deps.begin(), deps.end());
+    dep_begin_.push_back(static_cast<int32_t>(deps_.size()));
+    read_begin_.push_back(static_cast<int32_t>(reads_.size()));
+  }
+  std::vector<std::vector<int32_t>> orphans(steps_.size());
+  for (int32_t v = 0; v < num_nodes_; ++v) {
+    if (live[v] && step_of[v] >= 0 && value_readers_[v] == 0) orphans[static_cast<size_t>(step_of[v])].push_back(v);
+  }
+  for (const auto& o : orphans) {
+    orphans_.insert(orphans_.end(), o.begin(), o.end());
+    orphan_begin_.push_back(static_cast<int32_t>(orphans_.size()));
+  }
 }
 
 bool HostExecutable::inplace_ok(const OutputTarget& o, const Binding& in, int64_t binding) const {
@@ -320,20 +386,199 @@ at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>
   return t.scalar_type() == p.dtype ? t : t.to(p.dtype);
 }
 
-void HostExecutable::run(const std::vector<Binding>& inputs,
-                         const std::vector<OutputTarget>& outputs, RngState rng) const {
-  InternalDispatchGuard guard;
-  ScratchScope scratch;  // intermediates come from (and go back to) the scratch cache
-  Values values(static_cast<size_t>(num_nodes_));
-
-  // Destinations: which node each goes to, and which one (if any) a kernel may write into.
+// One run's values and output destinations.
+struct HostExecutable::RunState {
+  // An output's destination, and whether a kernel may write into it.
   struct Dest {
     at::Tensor tensor;
     bool direct = false;
   };
-  std::vector<Dest> dests(outputs.size());
-  std::vector<int32_t> first_dest(static_cast<size_t>(num_nodes_), -1);
-  std::vector<int32_t> next_dest(outputs.size(), -1);  // chains several dests of one node
+  Values values;
+  std::vector<Dest> dests;
+  std::vector<int32_t> first_dest;  // per node: its first destination, -1 if none
+  std::vector<int32_t> next_dest;   // chains several destinations of one node
+
+  void write_outputs(int32_t node) {
+    for (int32_t k = first_dest[node]; k >= 0; k = next_dest[k]) {
+      Dest& d = dests[k];
+      if (d.tensor.numel() > 0 && !(d.direct && values[node].is_same(d.tensor))) d.tensor.copy_(values[node]);
+    }
+  }
+};
+
+void HostExecutable::run_step(RunState& st, const Step& s) const {
+  try {
+    if (s.cluster) {
+      // Stored members with a direct destination are written straight into it.
+      const auto& stores = s.cluster->stores();
+      thread_local std::vector<at::Tensor*> cluster_outs;  // reused: no allocation per step
+      cluster_outs.assign(stores.size(), nullptr);
+      for (size_t j = 0; j < stores.size(); ++j) {
+        int32_t k = st.first_dest[stores[j]];
+        if (k >= 0 && st.dests[k].direct) cluster_outs[j] = &st.dests[k].tensor;
+      }
+      s.cluster->run(st.values, cluster_outs);
+      for (int32_t m : stores) st.write_outputs(m);
+      return;
+    }
+    int32_t k = st.first_dest[s.node];
+    at::Tensor* out = k >= 0 && st.dests[k].direct ? &st.dests[k].tensor : nullptr;
+    st.values[s.node] = s.kernel(st.values, out);
+    st.write_outputs(s.node);
+  } catch (...) {
+    set_last_failed_node(s.node);
+    throw;
+  }
+}
+
+// A run whose independent steps a thread waiting for this stream may take (kernel_threads.h,
+// "Waiting threads"). The worker walks the steps in order as in a plain run, claiming each;
+// the waiting thread claims steps ahead of it (within kLookahead) whose inputs are ready, so
+// the two meet only at dependencies. A value is released when its last reading step finishes,
+// whichever thread ran it.
+class HostExecutable::SharedRun final : public HelpOffer {
+ public:
+  // Steps past the worker's that the waiting thread may start: enough to find the independent
+  // branch of a backward pass (a weight gradient beside an input gradient), few enough that
+  // running ahead keeps peak memory near a plain run's.
+  static constexpr int32_t kLookahead = 128;
+
+  SharedRun(const HostExecutable& exe, RunState& st, c10::ArrayRef<int32_t> barriers)
+      : exe_(exe),
+        st_(st),
+        n_(static_cast<int32_t>(exe.steps_.size())),
+        state_(new std::atomic<uint8_t>[static_cast<size_t>(n_)]),
+        barrier_(static_cast<size_t>(n_), 0),
+        remaining_(new std::atomic<int32_t>[exe.value_readers_.size()]),
+        device_(execution_device()) {
+    for (int32_t i = 0; i < n_; ++i) state_[i].store(kFree, std::memory_order_relaxed);
+    for (int32_t b : barriers) barrier_[static_cast<size_t>(b)] = 1;
+    for (size_t v = 0; v < exe.value_readers_.size(); ++v) {
+      remaining_[v].store(exe.value_readers_[v], std::memory_order_relaxed);
+    }
+  }
+
+  bool help() override {
+    ScratchScope scratch;
+    ExecutionDeviceGuard device(device_);
+    bool ran = false;
+    for (int32_t i; (i = claim_ready(/*worker=*/false)) >= 0; ran = true) {
+      execute(i);
+    }
+    return ran;
+  }
+
+  // On the worker: runs ready steps, the earliest first, until every step is claimed; then
+  // waits for those the waiting thread runs, and rethrows the first error.
+  void run_all() {
+    {
+      OfferScope offer(OfferScope::kProgramSteps, this);
+      while (!failed_.load(std::memory_order_relaxed) && first_free() < n_) {
+        if (const int32_t i = claim_ready(/*worker=*/true); i >= 0) {
+          execute(i);
+        } else {
+          cpu_relax();  // the next steps wait for one the waiting thread runs
+        }
+      }
+    }  // withdrawn: the waiting thread has left help(), so every claimed step has finished
+    if (failed_.load()) {
+      set_last_failed_node(failed_node_);
+      std::rethrow_exception(error_);
+    }
+  }
+
+ private:
+  enum : uint8_t { kFree, kClaimed, kDone };
+
+  bool claim(int32_t i) {
+    uint8_t free = kFree;
+    return state_[i].compare_exchange_strong(free, kClaimed);
+  }
+  // The earliest step nobody has claimed (n_ when all are).
+  int32_t first_free() {
+    int32_t i = low_.load(std::memory_order_relaxed);
+    while (i < n_ && state_[i].load(std::memory_order_relaxed) != kFree) ++i;
+    low_.store(i, std::memory_order_relaxed);  // a hint: racing stores only make a scan longer
+    return i;
+  }
+  // Claims the earliest ready step within kLookahead of the earliest free one; -1 if none.
+  // The waiting thread leaves large steps to the worker, which splits them with its help (run
+  // there, such a step would take the single thread a part gets).
+  int32_t claim_ready(bool worker) {
+    const int32_t from = first_free(), to = std::min(n_, from + kLookahead);
+    for (int32_t i = from; i < to && !failed_.load(std::memory_order_relaxed); ++i) {
+      if (state_[i].load(std::memory_order_relaxed) == kFree && (worker || exe_.helper_may_run_[i]) && ready(i) &&
+          claim(i)) {
+        return i;
+      }
+    }
+    return -1;
+  }
+  bool done(int32_t j) const { return state_[j].load(std::memory_order_acquire) == kDone || failed_.load(); }
+  // Every step this one reads from (a barrier: every earlier step) has finished, or a step
+  // failed (then nothing more runs).
+  bool ready(int32_t i) {
+    if (barrier_[static_cast<size_t>(i)]) {
+      int32_t j = low_done_.load(std::memory_order_relaxed);
+      while (j < i && done(j)) ++j;
+      low_done_.store(j, std::memory_order_relaxed);  // a hint, like low_
+      return j == i;
+    }
+    for (int32_t k = exe_.dep_begin_[i]; k < exe_.dep_begin_[i + 1]; ++k) {
+      if (!done(exe_.deps_[k])) return false;
+    }
+    return true;
+  }
+  void execute(int32_t i) {
+    const Step& s = exe_.steps_[static_cast<size_t>(i)];
+    if (!failed_.load()) {
+      try {
+        exe_.run_step(st_, s);
+      } catch (...) {
+        std::lock_guard<std::mutex> g(error_mu_);
+        if (!failed_.load()) {
+          error_ = std::current_exception();
+          failed_node_ = last_failed_node();
+          failed_.store(true);
+        }
+      }
+    }
+    for (int32_t k = exe_.read_begin_[i]; k < exe_.read_begin_[i + 1]; ++k) {
+      const int32_t v = exe_.reads_[k];
+      if (remaining_[v].fetch_sub(1) == 1) st_.values[v].reset();
+    }
+    for (int32_t k = exe_.orphan_begin_[i]; k < exe_.orphan_begin_[i + 1]; ++k) st_.values[exe_.orphans_[k]].reset();
+    state_[i].store(kDone, std::memory_order_release);
+  }
+
+  const HostExecutable& exe_;
+  RunState& st_;
+  const int32_t n_;
+  std::unique_ptr<std::atomic<uint8_t>[]> state_;
+  std::vector<uint8_t> barrier_;                       // per step: waits for all earlier steps
+  std::unique_ptr<std::atomic<int32_t>[]> remaining_;  // per value: reading steps not yet finished
+  const c10::DeviceIndex device_;
+  std::atomic<int32_t> low_{0};       // no step before it is free (a hint, see first_free)
+  std::atomic<int32_t> low_done_{0};  // every step before it has finished (a hint, see ready)
+  std::atomic<bool> failed_{false};
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+  int32_t failed_node_ = -1;
+};
+
+void HostExecutable::run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
+                         RngState rng) const {
+  InternalDispatchGuard guard;
+  ScratchScope scratch;  // intermediates come from (and go back to) the scratch cache
+  RunState st;
+  st.values.resize(static_cast<size_t>(num_nodes_));
+  Values& values = st.values;
+  auto& dests = st.dests;
+  auto& first_dest = st.first_dest;
+  auto& next_dest = st.next_dest;
+  dests.resize(outputs.size());
+  first_dest.assign(static_cast<size_t>(num_nodes_), -1);
+  next_dest.assign(outputs.size(), -1);
   for (size_t k = outputs.size(); k-- > 0;) {
     const OutputTarget& o = outputs[k];
     TPU_CHECK(o.node >= 0 && o.node < num_nodes_ && is_output_[o.node], "host runtime: node ",
@@ -392,57 +637,35 @@ void HostExecutable::run(const std::vector<Binding>& inputs,
       }
     }
   }
+  // Steps that write an output overlapping memory another step reads or writes (clash) wait,
+  // in a shared run, for every earlier step: the reads and writes before them keep program
+  // order. Later readers of that memory are snapshots (see the header), so need no order.
+  c10::SmallVector<int32_t, 8> barriers;
+  bool shareable = static_cast<int32_t>(steps_.size()) >= kMinSharedSteps && help_while_waiting_enabled();
   for (size_t k = 0; k < outputs.size(); ++k) {
     const OutputTarget& o = outputs[k];
+    if (clash[k]) {
+      barriers.push_back(step_of_node_[o.node]);
+      shareable = shareable && step_of_node_[o.node] >= 0;  // a parameter's output is written at bind time
+    }
     if (dests[k].tensor.numel() == 0 || o.dest.dtype != node_dtype_[o.node] ||
         first_dest[o.node] != static_cast<int32_t>(k)) {
       continue;
     }
     dests[k].direct = !clash[k] && o.allow_direct;
   }
-  auto write_outputs = [&](int32_t node) {
-    for (int32_t k = first_dest[node]; k >= 0; k = next_dest[k]) {
-      Dest& d = dests[k];
-      if (d.tensor.numel() > 0 && !(d.direct && values[node].is_same(d.tensor))) {
-        d.tensor.copy_(values[node]);
-      }
-    }
-  };
 
   set_last_failed_node(-1);
   for (const Param& p : params_) {
     values[p.node] = bind_param(p, inputs, rng);
-    write_outputs(p.node);
+    st.write_outputs(p.node);
   }
-  std::vector<at::Tensor*> cluster_outs;
+  if (shareable) {
+    SharedRun(*this, st, barriers).run_all();
+    return;
+  }
   for (const Step& s : steps_) {
-    if (s.cluster) {
-      // Stored members with a direct destination are written straight into it.
-      const auto& stores = s.cluster->stores();
-      cluster_outs.assign(stores.size(), nullptr);
-      for (size_t j = 0; j < stores.size(); ++j) {
-        int32_t k = first_dest[stores[j]];
-        if (k >= 0 && dests[k].direct) cluster_outs[j] = &dests[k].tensor;
-      }
-      try {
-        s.cluster->run(values, cluster_outs);
-        for (int32_t m : stores) write_outputs(m);
-      } catch (...) {
-        set_last_failed_node(s.node);
-        throw;
-      }
-      for (int32_t v : s.release) values[v].reset();
-      continue;
-    }
-    int32_t k = first_dest[s.node];
-    at::Tensor* out = k >= 0 && dests[k].direct ? &dests[k].tensor : nullptr;
-    try {
-      values[s.node] = s.kernel(values, out);
-      write_outputs(s.node);
-    } catch (...) {
-      set_last_failed_node(s.node);
-      throw;
-    }
+    run_step(st, s);
     for (int32_t v : s.release) values[v].reset();
   }
 }

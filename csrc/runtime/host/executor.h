@@ -31,6 +31,14 @@
 // computed and then copied (copy_ converts the dtype).
 // ATen is called with autograd and Python dispatch keys excluded, so user dispatch modes and
 // autograd never see the runtime's internal CPU ops.
+// Shared runs: a program of kMinSharedSteps or more steps is offered to threads blocked
+// waiting for the stream (kernel_threads.h, "Waiting threads"). The worker and a waiting
+// thread then each claim the earliest ready step (its operands' steps finished), within a
+// lookahead window; values are released by reader counts. A step writing an output that
+// overlaps memory other steps read or write (computed aside, see above) waits for all earlier
+// steps, so reads and writes of bindings keep program order; later readers of such memory are
+// snapshots by the contract above. With nobody waiting the worker runs the steps in order, as
+// before.
 #pragma once
 
 #include <memory>
@@ -72,7 +80,14 @@ class HostExecutable final : public Executable {
     std::vector<int32_t> release;            // values whose last use is this step
   };
 
+  struct RunState;
+  class SharedRun;
+  // Programs shorter than this always run their steps in order on the calling thread.
+  static constexpr int32_t kMinSharedSteps = 8;
+
   at::Tensor bind_param(const Param& p, const std::vector<Binding>& inputs, RngState rng) const;
+  // Runs one step and writes its outputs; records the node in last_failed_node if it throws.
+  void run_step(RunState& st, const Step& s) const;
   // Whether output `o` may be written directly although it overlaps input binding `in`.
   bool inplace_ok(const OutputTarget& o, const Binding& in, int64_t binding) const;
 
@@ -88,6 +103,13 @@ class HostExecutable final : public Executable {
   std::vector<int32_t> store_cluster_;
   std::vector<int32_t> reader_cluster_;
   std::vector<std::string> node_names_;  // per live node: "%3 add" (describe())
+  // Shared runs (SharedRun), as ranges per step i: [x_begin_[i], x_begin_[i + 1]) of x_.
+  std::vector<int32_t> dep_begin_, deps_;        // the earlier steps whose values step i reads
+  std::vector<int32_t> read_begin_, reads_;      // the values step i reads from other steps or parameters
+  std::vector<int32_t> orphan_begin_, orphans_;  // values step i defines that no other step reads
+  std::vector<int32_t> value_readers_;           // per node: how many steps read its value
+  std::vector<int32_t> step_of_node_;            // per node: the step computing it (-1: a parameter)
+  std::vector<uint8_t> helper_may_run_;          // per step: small enough for the waiting thread
 };
 
 class HostRuntime final : public Runtime {

@@ -1148,6 +1148,8 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   const int parts = split_parts(work, num_tiles);
   if (parts > 1) {
     run_split_rows(parts, num_tiles, run_tiles);
+  } else if (const int shared = shared_split_parts(work, num_tiles); shared > 1) {
+    run_split_rows_shared(shared, num_tiles, run_tiles);  // halves with a thread waiting for the stream
   } else {
     at::parallel_for(0, num_tiles, std::max<int64_t>(1, at::internal::GRAIN_SIZE / tile), run_tiles);
   }

@@ -2,11 +2,15 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/AutogradState.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -86,6 +90,10 @@ void helper_loop(Pool& p, int part) {
 
 std::atomic<uint64_t> g_splits{0};
 
+// Runs the parts on the calling thread and threads waiting for a stream; false (nothing run)
+// when another kernel's parts are on offer.
+bool run_with_waiting_threads(int parts, const std::function<void(int)>& fn);
+
 void run_serially(int parts, const std::function<void(int)>& fn) {
   for (int i = 0; i < parts; ++i) fn(i);
 }
@@ -108,6 +116,9 @@ void run_split_rows(int parts, int64_t rows, const std::function<void(int64_t lo
 }
 
 void run_split(int parts, const std::function<void(int part)>& fn) {
+  // A thread waiting for the stream spins: it takes the parts rather than a sleeping helper
+  // (which would then compete with it for the cores).
+  if (parts > 1 && !t_in_split && waiting_helpers() > 0 && run_with_waiting_threads(parts, fn)) return;
   Pool& p = pool();
   std::unique_lock<std::mutex> busy(p.busy, std::try_to_lock);
   if (parts <= 1 || t_in_split || !busy.owns_lock()) return run_serially(parts, fn);
@@ -152,5 +163,202 @@ void run_split(int parts, const std::function<void(int part)>& fn) {
 }
 
 uint64_t splits_with_helpers() { return g_splits.load(); }
+
+// ---- Waiting threads ---------------------------------------------------------------------------
+namespace {
+
+// An offer slot. A waiting thread reads `offer`, registers in `users`, and reads it again
+// before calling into it; withdrawing clears `offer` and then waits for `users` to drain, so
+// an offer is never used after its scope ends.
+struct Slot {
+  std::mutex busy;  // held by the publishing scope
+  std::atomic<HelpOffer*> offer{nullptr};
+  std::atomic<int> users{0};
+};
+
+Slot* slots() {
+  static auto* s = new Slot[OfferScope::kNumSlots];  // leaked: waiting threads may outlive statics
+  return s;
+}
+
+std::atomic<int> g_waiting{0};
+std::atomic<uint64_t> g_helped{0};
+
+bool try_help(Slot& s) {
+  if (s.offer.load(std::memory_order_acquire) == nullptr) return false;
+  s.users.fetch_add(1);
+  HelpOffer* o = s.offer.load();
+  const bool ran = o != nullptr && o->help();
+  s.users.fetch_sub(1);
+  if (ran) g_helped++;
+  return ran;
+}
+
+int64_t help_spin_us() {
+  static const int64_t v = std::max<int64_t>(0, config::get_int("TORCH_TPU_HOST_HELP_SPIN_US"));
+  return v;
+}
+
+// omp_get_max_threads / mkl_set_num_threads_local of the runtimes PyTorch loads (per-thread
+// settings), looked up like omp_set_num_threads above. MKL's C entry point is the mixed-case
+// name (mkl.h maps the lower-case one to it; the lower-case symbol is Fortran's, by pointer).
+int omp_threads_of_this_thread() {
+  using Fn = int (*)();
+  static const auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  return fn != nullptr ? fn() : 1;
+}
+int set_mkl_threads_of_this_thread(int n) {
+  using Fn = int (*)(int);
+  static const auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
+  return fn != nullptr ? fn(n) : 0;
+}
+
+// A waiting thread's state while it helps: kernels see a fresh thread's dispatch keys and
+// autograd state (no autocast, functorch, Python modes or inference mode of the code that
+// waits: an inference tensor made here could not be updated in place on the worker) with
+// autograd and Python keys excluded as in a program run, one OpenMP and MKL thread (as on a
+// stream worker), and never split again.
+class HelperThreadState {
+ public:
+  HelperThreadState()
+      : autograd_(c10::AutogradState::get_tls_state()),
+        keys_(c10::default_included_set, c10::default_excluded_set),
+        omp_(omp_threads_of_this_thread()),
+        mkl_(set_mkl_threads_of_this_thread(1)),
+        in_split_(t_in_split) {
+    set_omp_threads_of_this_thread(1);
+    c10::AutogradState::set_tls_state(c10::AutogradState(/*grad_mode=*/true, /*inference_mode=*/false,
+                                                         /*fw_grad_mode=*/true, /*multithreading_enabled=*/true));
+    t_in_split = true;
+  }
+  ~HelperThreadState() {
+    c10::AutogradState::set_tls_state(autograd_);
+    t_in_split = in_split_;
+    set_omp_threads_of_this_thread(omp_);
+    set_mkl_threads_of_this_thread(mkl_);  // 0 goes back to the global setting
+  }
+  HelperThreadState(const HelperThreadState&) = delete;
+  HelperThreadState& operator=(const HelperThreadState&) = delete;
+
+ private:
+  const c10::AutogradState autograd_;
+  c10::impl::ForceDispatchKeyGuard keys_;
+  at::AutoDispatchBelowADInplaceOrView below_autograd_;
+  c10::impl::ExcludeDispatchKeyGuard no_python_{c10::python_ks};
+  int omp_, mkl_;
+  bool in_split_;
+};
+
+// Parts of one kernel offered to waiting threads; the offering thread claims parts too.
+class PartsOffer final : public HelpOffer {
+ public:
+  PartsOffer(int parts, const std::function<void(int)>& fn) : parts_(parts), fn_(fn) {}
+  bool help() override {
+    bool ran = false;
+    for (int p; (p = next_.fetch_add(1)) < parts_;) {
+      run(p);
+      ran = true;
+    }
+    return ran;
+  }
+  // On the offering thread: claims and runs parts until none is left, waits for those others
+  // run, and rethrows the first error.
+  void run_all() {
+    help();
+    while (finished_.load() < parts_) cpu_relax();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void run(int part) {
+    try {
+      fn_(part);
+    } catch (...) {
+      std::lock_guard<std::mutex> g(error_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    finished_.fetch_add(1);
+  }
+  const int parts_;
+  const std::function<void(int)>& fn_;
+  std::atomic<int> next_{0};
+  std::atomic<int> finished_{0};
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+};
+
+bool run_with_waiting_threads(int parts, const std::function<void(int)>& fn) {
+  PartsOffer offer(parts, fn);
+  OfferScope scope(OfferScope::kKernelParts, &offer);
+  if (!scope.published()) return false;
+  g_splits++;
+  t_in_split = true;
+  try {
+    offer.run_all();
+  } catch (...) {
+    t_in_split = false;
+    throw;
+  }
+  t_in_split = false;
+  return true;
+}
+
+}  // namespace
+
+OfferScope::OfferScope(Slot slot, HelpOffer* offer) : slot_(slot) {
+  auto& s = slots()[slot];
+  if (!s.busy.try_lock()) return;
+  published_ = true;
+  s.offer.store(offer);
+}
+
+OfferScope::~OfferScope() {
+  if (!published_) return;
+  auto& s = slots()[slot_];
+  s.offer.store(nullptr);
+  while (s.users.load() > 0) cpu_relax();
+  s.busy.unlock();
+}
+
+int waiting_helpers() { return g_waiting.load(std::memory_order_relaxed); }
+
+bool help_while_waiting_enabled() { return help_spin_us() > 0; }
+
+bool help_while_waiting(const std::function<bool()>& done) {
+  const int64_t spin_us = help_spin_us();
+  if (spin_us <= 0 || t_in_split) return done();
+  g_waiting.fetch_add(1);
+  HelperThreadState state;
+  auto last = std::chrono::steady_clock::now();
+  bool finished = false;
+  for (uint32_t i = 1;; ++i) {
+    if (done()) {
+      finished = true;
+      break;
+    }
+    bool ran = false;
+    for (int k = 0; k < OfferScope::kNumSlots; ++k) ran = try_help(slots()[k]) || ran;
+    if (ran) {
+      last = std::chrono::steady_clock::now();
+      continue;
+    }
+    cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() - last > std::chrono::microseconds(spin_us)) break;
+  }
+  g_waiting.fetch_sub(1);
+  return finished;
+}
+
+int shared_split_parts(int64_t numel, int64_t rows) {
+  if (numel >= kSplitMinElements || numel < kSharedSplitMinElements || rows < 2 || waiting_helpers() == 0) return 1;
+  return split_parts(kSplitMinElements, rows);  // a large kernel's parts (1 where splitting is off)
+}
+
+void run_split_rows_shared(int parts, int64_t rows, const std::function<void(int64_t lo, int64_t hi)>& fn) {
+  const std::function<void(int)> part = [&](int p) { fn(rows * p / parts, rows * (p + 1) / parts); };
+  if (parts <= 1 || t_in_split || !run_with_waiting_threads(parts, part)) run_serially(parts, part);
+}
+
+uint64_t work_run_by_waiting_threads() { return g_helped.load(); }
 
 }  // namespace torch_tpu::runtime::host

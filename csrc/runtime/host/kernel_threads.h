@@ -15,6 +15,20 @@
 // Threads per kernel, the caller included: TORCH_TPU_HOST_KERNEL_THREADS (default 2, at most
 // the number of CPUs; 1 turns splitting off).
 //
+// Waiting threads: a thread blocked in a stream wait (the Python thread at `.item()`, a host
+// read or a synchronize) has an idle core while the stream's worker runs the work it waits
+// for. help_while_waiting() lends that core: the thread spins instead of sleeping and runs work
+// the worker offers (HelpOffer): whole steps of a program that do not depend on each other
+// (HostExecutable::run), the parts of a large kernel (run_split hands them to a waiting thread
+// rather than to a sleeping helper, which would compete with the spinning one for the cores),
+// and the halves of mid-sized clusters and contractions (run_split_rows_shared, from
+// kSharedSplitMinElements). Spinning hands work over with a cache-line transfer (~0.1 us)
+// where waking a sleeping helper is a futex call (several us on a VM), so much smaller work is
+// worth sharing; and it only uses a core whose thread would otherwise sleep, never the one the
+// Python thread dispatches on (spinning helpers that competed with it made a TinyGPT step 1.3x
+// slower). A waiter that finds nothing offered for TORCH_TPU_HOST_HELP_SPIN_US sleeps as
+// before; 0 turns helping off. Parts and steps compute the same values on either thread.
+//
 // Thread safety: run_split may be called from any thread. One split runs at a time; a caller
 // that finds the helpers busy (another stream's worker) runs every part itself. Helpers run
 // each part under the caller's ATen thread-local state (dispatch key exclusions, grad mode).
@@ -47,7 +61,64 @@ void run_split(int parts, const std::function<void(int part)>& fn);
 // run_split over rows [0, rows) cut into `parts` contiguous blocks: fn(lo, hi) per block.
 void run_split_rows(int parts, int64_t rows, const std::function<void(int64_t lo, int64_t hi)>& fn);
 
-// Splits that ran with helper threads since the process started (tests).
+// Kernels split into parts for helper or waiting threads since the process started (tests).
 uint64_t splits_with_helpers();
+
+// One iteration of a spin-wait: tells the core to ease off (x86 `pause`).
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Work a thread blocked in a stream wait may run (see "Waiting threads" above).
+class HelpOffer {
+ public:
+  virtual ~HelpOffer() = default;
+  // Runs some of the offered work on the calling (waiting) thread; true if it ran any. Must
+  // not throw: errors are kept for the offering thread.
+  virtual bool help() = 0;
+};
+
+// Publishes `offer` to waiting threads for the scope's lifetime, if the slot is free (one
+// offer per slot: the stream workers of other devices run without). The destructor withdraws
+// it and returns once no waiting thread is inside offer->help().
+class OfferScope {
+ public:
+  enum Slot { kKernelParts, kProgramSteps, kNumSlots };
+  OfferScope(Slot slot, HelpOffer* offer);
+  ~OfferScope();
+  OfferScope(const OfferScope&) = delete;
+  OfferScope& operator=(const OfferScope&) = delete;
+  bool published() const { return published_; }
+
+ private:
+  Slot slot_;
+  bool published_ = false;
+};
+
+// Threads now waiting and willing to help (a hint; it changes at any time).
+int waiting_helpers();
+// Whether waiting threads help at all (TORCH_TPU_HOST_HELP_SPIN_US > 0).
+bool help_while_waiting_enabled();
+
+// For a thread about to block until done() holds: spins, running offered work, until done()
+// holds (returns true) or nothing was offered for the spin limit (returns false: block as
+// before). Offered work runs with a fresh thread's dispatch state, one OpenMP/MKL thread and
+// no further splitting. done() must be cheap and thread-safe.
+bool help_while_waiting(const std::function<bool()>& done);
+
+// The smallest kernel (elements, as for split_parts) cut in halves for a waiting thread.
+constexpr int64_t kSharedSplitMinElements = int64_t{8} << 10;
+
+// Like run_split_rows, for kernels below kSplitMinElements: while a thread waits for the
+// stream, the kernel is cut into parts and offered to it (the caller takes what it leaves).
+// shared_split_parts says how many parts to cut (1: nobody waits, or the kernel is too small
+// or large for this path).
+int shared_split_parts(int64_t numel, int64_t rows);
+void run_split_rows_shared(int parts, int64_t rows, const std::function<void(int64_t lo, int64_t hi)>& fn);
+
+// Work items waiting threads ran since the process started (tests, metrics).
+uint64_t work_run_by_waiting_threads();
 
 }  // namespace torch_tpu::runtime::host

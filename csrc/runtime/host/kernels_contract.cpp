@@ -47,8 +47,12 @@ void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor&
       at::bmm_out(r3, lhs.narrow(0, lo, hi - lo), rhs.narrow(0, lo, hi - lo));
     }
   };
-  if (parts <= 1) return block(0, rows);
-  run_split_rows(parts, rows, block);
+  if (parts > 1) return run_split_rows(parts, rows, block);
+  // Smaller products go halves with a thread waiting for this stream, if there is one.
+  if (const int shared = shared_split_parts(B * M * N * K / kMultiplyAddsPerElement, rows); shared > 1) {
+    return run_split_rows_shared(shared, rows, block);
+  }
+  block(0, rows);
 }
 
 // A result of `shape` whose rows (dim 0) are independent, computed by rows(lo, hi) (rows [lo,
