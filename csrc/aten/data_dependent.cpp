@@ -58,11 +58,4 @@ void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   exec::run_lowered(op, stack);
 }
 
-// PyTorch asks the backend which attention kernel to use; the math path decomposes into ops
-// we lower (matmul, softmax, dropout), so answer "math" (SDPBackend::math == 0).
-void fused_sdp_choice(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {
-  torch::jit::drop(*stack, op.schema().arguments().size());
-  torch::jit::push(*stack, static_cast<int64_t>(0));
-}
-
 }  // namespace torch_tpu::aten

@@ -49,6 +49,8 @@ at::Tensor nonzero(const at::Tensor& self);
 at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask);
 bool equal(const at::Tensor& self, const at::Tensor& other);
 void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
+// attention.cpp
 void fused_sdp_choice(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 
 }  // namespace torch_tpu::aten

@@ -86,8 +86,26 @@ def test_flash_attention_for_cpu(causal: bool, mask: str | None, scale: float | 
            lse, 0.0, causal, attn_mask=m, scale=scale, dtype=dtype)
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_flash_attention_for_cpu_fully_masked_rows(dtype: torch.dtype) -> None:
+    # A row whose every key is masked: output 0 and log-sum-exp 0 (the CPU kernel's answer, where
+    # the softmax itself would be 0/0), and no gradient through it.
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 3, 4, dtype=dtype), torch.randn(1, 2, 5, 4, dtype=dtype), torch.randn(1, 2, 5, 4, dtype=dtype)
+    keep = torch.rand(3, 5) > 0.4
+    keep[1] = False
+    m = torch.zeros(3, 5, dtype=dtype).masked_fill(~keep, float("-inf"))
+    op = aten._scaled_dot_product_flash_attention_for_cpu.default
+    _check(op, q, k, v, 0.0, False, attn_mask=m, dtype=dtype)
+    out, lse = op(q, k, v, 0.0, False, attn_mask=m)
+    assert torch.all(out[:, :, 1] == 0) and torch.all(lse[:, :, 1] == 0)
+    _check(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, torch.randn_like(out), q, k, v, out,
+           lse, 0.0, False, attn_mask=m, dtype=dtype)
+
+
 def test_attention_math_path() -> None:
-    # The tpu device routes SDPA to the composite math path: its ops (bmm, _safe_softmax, ...) lower.
+    # The composite math path's ops (bmm, _safe_softmax, ...) lower: SDPA takes it on tpu for
+    # dropout, grouped-query attention, other ranks and masks that need a gradient.
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
     mask = torch.rand(4, 6) > 0.3
@@ -143,3 +161,62 @@ def test_pixel_shuffle_im2col() -> None:
     cols = aten.im2col(x, *args)
     _check(aten.col2im.default, cols, [5, 7], *args, dtype=dtype)
     _check(aten.col2im.default, cols[0], [5, 7], *args, dtype=dtype)
+
+
+FLASH, MATH = 1, 0  # torch.nn.attention.SDPBackend values that torch._fused_sdp_choice returns
+
+
+@pytest.mark.parametrize("case", ["causal", "bool_mask", "float_mask", "masked_row", "mask_needs_grad", "gqa", "3d"])
+def test_sdpa_on_tpu_picks_a_kernel_and_matches_cpu(case: str) -> None:
+    """F.scaled_dot_product_attention on tpu takes the flash kernel (its lowering: a few
+    products and row clusters) where that lowering covers the call and the math path otherwise;
+    either way outputs and gradients match CPU's."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 5)
+    kwargs: dict = {}
+    want = FLASH
+    if case == "causal":
+        kwargs["is_causal"] = True
+    elif case in ("bool_mask", "masked_row"):
+        keep = torch.rand(6, 7) > 0.4
+        if case == "masked_row":
+            keep[2] = False  # a query that may attend to nothing: 0 on both devices
+        kwargs["attn_mask"] = keep
+    elif case in ("float_mask", "mask_needs_grad"):
+        kwargs["attn_mask"] = torch.randn(2, 1, 6, 7, requires_grad=case == "mask_needs_grad")
+        want = MATH if case == "mask_needs_grad" else FLASH
+    elif case == "gqa":
+        k, v = k[:, :2], v[:, :2]
+        kwargs["enable_gqa"] = True
+        want = MATH
+    elif case == "3d":
+        q, k, v = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)
+        want = MATH
+    leaves = [t.requires_grad_() for t in (q, k, v)]
+    mask = kwargs.get("attn_mask")
+    extra = [mask] if mask is not None and mask.requires_grad else []
+    out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    go = torch.randn_like(out)
+    grads = torch.autograd.grad(out, leaves + extra, go)
+
+    tleaves = [t.detach().to("tpu").requires_grad_() for t in leaves]
+    tkwargs = dict(kwargs)
+    if mask is not None:
+        tkwargs["attn_mask"] = mask.detach().to("tpu").requires_grad_(mask.requires_grad)
+    assert torch._fused_sdp_choice(*tleaves, tkwargs.get("attn_mask"), 0.0, kwargs.get("is_causal", False),
+                                   enable_gqa=kwargs.get("enable_gqa", False)) == want
+    tout = F.scaled_dot_product_attention(*tleaves, **tkwargs)
+    textra = [tkwargs["attn_mask"]] if extra else []
+    tgrads = torch.autograd.grad(tout, tleaves + textra, go.to("tpu"))
+    torch.testing.assert_close(tout.cpu(), out)
+    for g, e in zip(tgrads, grads):
+        torch.testing.assert_close(g.cpu(), e)
+
+
+def test_sdpa_with_dropout_takes_the_math_path() -> None:
+    # The flash lowering cannot reproduce the CPU kernel's dropout stream; the math path's
+    # dropout is an ordinary lowered op.
+    q = torch.randn(1, 2, 4, 8, device="tpu")
+    assert torch._fused_sdp_choice(q, q, q, None, 0.1, False) == MATH
+    assert torch._fused_sdp_choice(q, q, q, None, 0.0, False) == FLASH
+    assert F.scaled_dot_product_attention(q, q, q, dropout_p=0.5).shape == q.shape

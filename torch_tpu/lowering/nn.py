@@ -238,9 +238,14 @@ def sdpa_flash_cpu(b: GraphBuilder, q: Value, k: Value, v: Value, dropout_p: Val
     s = _attn_scores(b, q, k, is_causal, attn_mask, scale)
     nb = s.rank - 2
     m = rmax(b, s, [nb + 1])
+    # A fully masked row (max -inf) gives output 0 and log-sum-exp 0, as the CPU kernel does;
+    # the backward's exp(s - lse) is then 0 there too. Other rows are untouched.
+    empty = b.compare("eq", m, full(b, -math.inf, m.dtype, m.shape))
+    m = b.select(empty, full(b, 0, m.dtype, m.shape), m)
     shifted = b.sub(s, keep(b, s, [nb + 1], m))
     e = b.exp(shifted)
     tot = rsum(b, e, [nb + 1])
+    tot = b.select(empty, full(b, 1, tot.dtype, tot.shape), tot)
     p = b.div(e, keep(b, s, [nb + 1], tot))
     batch = list(range(nb))
     out = b.dot_general(p, b.convert(v, p.dtype), batch, batch, [nb + 1], [nb])
