@@ -56,3 +56,35 @@ def test_empty_products_match_cpu(mode: str) -> None:
         for sa, sb in shapes:
             a, b = torch.randn(sa), torch.randn(sb)
             torch.testing.assert_close(torch.matmul(a.to("tpu"), b.to("tpu")).cpu(), torch.matmul(a, b))
+
+
+def _attention_views(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v as [batch, heads, seq, dim] views of one [batch, seq, 3 * heads * dim] projection."""
+    b, s, _ = x.shape
+    q, k, v = x.split(x.shape[-1] // 3, dim=-1)
+    return tuple(t.view(b, s, 4, -1).transpose(1, 2) for t in (q, k, v))
+
+
+LAYOUTS = {
+    # Attention's products over strided [batch, heads, seq, dim] views: read in place by one
+    # batched GEMM call (kernels_contract.cpp), row- and column-major matrices alike.
+    "attention": lambda x, y: (lambda q, k, v: [F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                                                 q @ k.transpose(-1, -2), k.transpose(-1, -2) @ q])(
+        *_attention_views(x)),
+    "expanded_batch": lambda x, y: [x[:1, :, :8].expand(3, 32, 8) @ y[:, :8, :5]],  # a batch stride of 0
+    "unit_dims": lambda x, y: [x[:, :1, :8] @ y[:, :8, :5], x[:, :, :1] @ y[:, :1, :5], x[:, :, :8] @ y[:, :8, :1]],
+    "no_unit_stride": lambda x, y: [x[:, :, ::2] @ y[:, ::2, :5]],  # copied first, as before
+    "empty": lambda x, y: [x[:0, :, :8] @ y[:0, :8, :5], x[:, :, :0] @ y[:, :0, :5]],
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_batched_products_over_strided_views_match_cpu(layout: str, mode: str) -> None:
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 32, 96), torch.randn(3, 96, 40)
+    want = LAYOUTS[layout](x, y)
+    with torch_tpu.mode(mode):
+        got = [t.cpu() for t in LAYOUTS[layout](x.to("tpu"), y.to("tpu"))]
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e)
