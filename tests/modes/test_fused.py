@@ -431,3 +431,20 @@ def test_the_waiting_thread_runs_independent_steps():
         torch.testing.assert_close(got, want)
         helped.append(torch_tpu.metrics()["host_threads"]["waiting_thread_work"] - before)
     assert max(helped) > 0, helped
+
+
+def test_helping_can_be_turned_off():
+    """TORCH_TPU_HOST_HELP_SPIN_US=0: waiting threads sleep as before and run no work."""
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        torch_tpu.set_mode("fused")
+        a = torch.randn(64, 64, device="tpu") / 8
+        for _ in range(3):
+            x, y = a, a
+            for _ in range(60):
+                x, y = x @ a, y @ a
+            (x + y).sum().item()
+        assert torch_tpu.metrics()["host_threads"]["waiting_thread_work"] == 0
+    """)
+    env = dict(os.environ, TORCH_TPU_HOST_HELP_SPIN_US="0")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
