@@ -220,3 +220,27 @@ def test_sdpa_with_dropout_takes_the_math_path() -> None:
     assert torch._fused_sdp_choice(q, q, q, None, 0.1, False) == MATH
     assert torch._fused_sdp_choice(q, q, q, None, 0.0, False) == FLASH
     assert F.scaled_dot_product_attention(q, q, q, dropout_p=0.5).shape == q.shape
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_row_lookups_and_row_sums_match_cpu_exactly(mode: str) -> None:
+    """Gathers and scatter-adds whose index is one value per row, broadcast along the row (an
+    embedding and its gradient), run as index_select / index_add of whole rows: CPU's values
+    bit for bit, duplicates summed in the same order, bad indices still an IndexError."""
+    torch.manual_seed(0)
+    table = torch.randn(16, 24, requires_grad=True)
+    idx = torch.randint(0, 16, (40, 30))  # many duplicates
+    go = torch.randn(40, 30, 24)
+    F.embedding(idx, table).backward(go)
+    rows = torch.randint(0, 16, (9,))
+    narrow_index = rows[:, None].expand(9, 10)  # fewer columns than the table has
+    with torch_tpu.mode(mode):
+        t = table.detach().to("tpu").requires_grad_()
+        out = F.embedding(idx.to("tpu"), t)
+        out.backward(go.to("tpu"))
+        assert torch.equal(out.cpu(), F.embedding(idx, table))
+        assert torch.equal(t.grad.cpu(), table.grad)
+        got = torch.gather(t.detach(), 0, narrow_index.to("tpu")).cpu()
+        assert torch.equal(got, torch.gather(table.detach(), 0, narrow_index))
+        with pytest.raises(IndexError, match="out of bounds"):
+            F.embedding(torch.tensor([[3, 16]], device="tpu"), t).cpu()
