@@ -3,6 +3,8 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
@@ -12,6 +14,14 @@
 #include "runtime/host/executor.h"
 
 namespace torch_tpu::testing {
+
+// Gives the calling thread one OpenMP thread, as a stream worker has: libgomp's per-thread
+// setting, loaded through libtorch_cpu (this binary does not link it).
+inline void use_one_openmp_thread() {
+  auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  ASSERT_NE(set_threads, nullptr);
+  set_threads(1);
+}
 
 // p verified and compiled by the host executor, with or without fused clusters.
 inline runtime::host::HostExecutable compile_host(const Program& p, const std::vector<int32_t>& outputs, bool fuse) {

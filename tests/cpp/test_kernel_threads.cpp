@@ -4,8 +4,6 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
-
 #include <atomic>
 #include <stdexcept>
 #include <thread>
@@ -31,10 +29,7 @@ template <typename F>
 void on_single_threaded_worker(F fn) {
   std::exception_ptr err;
   std::thread t([&] {
-    // libgomp's per-thread setting (loaded through libtorch_cpu, not linked by this binary).
-    auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    ASSERT_NE(set_threads, nullptr);
-    set_threads(1);
+    torch_tpu::testing::use_one_openmp_thread();
     try {
       fn();
     } catch (...) {

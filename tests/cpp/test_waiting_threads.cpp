@@ -5,7 +5,6 @@
 // ATen, that the waiting thread really ran some of the work, and that errors and program order
 // survive the sharing.
 #include <ATen/ATen.h>
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -38,8 +37,7 @@ uint64_t run_while_this_thread_waits(const std::function<void()>& work) {
   std::atomic<bool> finished{false};
   std::exception_ptr err;
   std::thread worker([&] {
-    auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    if (set_threads != nullptr) set_threads(1);
+    torch_tpu::testing::use_one_openmp_thread();
     while (host::waiting_helpers() == 0) std::this_thread::yield();
     try {
       work();
@@ -61,10 +59,10 @@ TEST(WaitingThreads, TakeTheOtherPartOfAKernel) {
   const auto waiter = std::this_thread::get_id();
   std::thread::id ran_on[2];
   const uint64_t helped = run_while_this_thread_waits([&] {
-    // Mid-sized work is shared only while a thread waits (and never splits otherwise).
-    const int parts = host::shared_split_parts(host::kSplitMinElements / 2, 64);
+    // Mid-sized work splits only while a thread waits (and never otherwise).
+    const int parts = host::split_parts(host::kSplitMinElements / 2, 64);
     ASSERT_EQ(parts, 2);
-    host::run_split_rows_shared(parts, 64, [&](int64_t lo, int64_t) {
+    host::run_split_rows(parts, 64, [&](int64_t lo, int64_t) {
       ran_on[lo == 0 ? 0 : 1] = std::this_thread::get_id();
       // Long enough that the waiting thread claims the second part while the first runs.
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -73,12 +71,12 @@ TEST(WaitingThreads, TakeTheOtherPartOfAKernel) {
   EXPECT_NE(ran_on[0], waiter);
   EXPECT_EQ(ran_on[1], waiter);
   EXPECT_GE(helped, 1u);
-  EXPECT_EQ(host::shared_split_parts(host::kSplitMinElements / 2, 64), 1);  // nobody waits now
+  EXPECT_EQ(host::split_parts(host::kSplitMinElements / 2, 64), 1);  // nobody waits now
 }
 
 TEST(WaitingThreads, KernelPartErrorsReachTheWorker) {
   EXPECT_THROW(run_while_this_thread_waits([] {
-                 host::run_split_rows_shared(2, 2, [](int64_t lo, int64_t) {
+                 host::run_split_rows(2, 2, [](int64_t lo, int64_t) {
                    std::this_thread::sleep_for(std::chrono::milliseconds(5));
                    if (lo == 1) throw std::runtime_error("part 1 failed");
                  });

@@ -63,23 +63,13 @@ std::pair<uintptr_t, uintptr_t> byte_range(const Binding& b) {
 }
 
 // Whether a step is large enough that its kernel splits across the kernel threads
-// (kernel_threads.h), estimated as the kernels do: a contraction by multiply-adds, a cluster by
-// elements x half its members, anything else by output elements.
+// (kernel_threads.h), by the size its kernel passes to split_parts: a cluster's split_work, a
+// contraction's multiply-adds / kMultiplyAddsPerElement, any other kernel's output elements.
 bool splits(const ir::Graph& g, int32_t id, const Cluster* cluster) {
-  const ir::Node& n = g.node(id);
-  if (cluster != nullptr) {
-    const int64_t numel = c10::multiply_integers(cluster->shape());
-    return numel * std::max<int64_t>(1, static_cast<int64_t>(cluster->members().size()) / 2) >= kSplitMinElements;
-  }
-  const int64_t numel = c10::multiply_integers(n.shape);
-  if (n.kind != ir::OpKind::kDotGeneral) return numel >= kSplitMinElements;
-  // dot_general attributes: batch-dim count, lhs batch dims, ..., then contracting dims.
-  const auto& a = n.iattrs;
-  const size_t nb = a[0], nc = a[1 + 2 * nb];
-  const ir::Node& lhs = g.node(n.operands[0]);
-  int64_t k = 1;
-  for (int64_t d : attr_slice(n, 2 + 2 * nb, nc)) k *= lhs.shape[d];
-  return numel * k / kMultiplyAddsPerElement >= kSplitMinElements;
+  if (cluster != nullptr) return cluster->split_work() >= kSplitMinElements;
+  const int64_t macs = contraction_macs(g, id);
+  const int64_t work = macs > 0 ? macs / kMultiplyAddsPerElement : c10::multiply_integers(g.node(id).shape);
+  return work >= kSplitMinElements;
 }
 
 Kernel make_kernel(const ir::Graph& g, int32_t id) {
@@ -432,13 +422,13 @@ void HostExecutable::run_step(RunState& st, const Step& s) const {
 }
 
 // A run whose independent steps a thread waiting for this stream may take (kernel_threads.h,
-// "Waiting threads"). The worker walks the steps in order as in a plain run, claiming each;
-// the waiting thread claims steps ahead of it (within kLookahead) whose inputs are ready, so
-// the two meet only at dependencies. A value is released when its last reading step finishes,
-// whichever thread ran it.
+// "Waiting threads"). The worker and the waiting thread each claim the earliest ready step
+// (one whose operands' steps have finished) within kLookahead of the earliest unclaimed one;
+// with nobody waiting, that is the worker running the steps in order. A value is released
+// when its last reading step finishes, whichever thread ran it.
 class HostExecutable::SharedRun final : public HelpOffer {
  public:
-  // Steps past the worker's that the waiting thread may start: enough to find the independent
+  // How far past the earliest unclaimed step a step may start: enough to find the independent
   // branch of a backward pass (a weight gradient beside an input gradient), few enough that
   // running ahead keeps peak memory near a plain run's.
   static constexpr int32_t kLookahead = 128;
@@ -448,10 +438,10 @@ class HostExecutable::SharedRun final : public HelpOffer {
         st_(st),
         n_(static_cast<int32_t>(exe.steps_.size())),
         state_(new std::atomic<uint8_t>[static_cast<size_t>(n_)]),
-        barrier_(static_cast<size_t>(n_), 0),
         remaining_(new std::atomic<int32_t>[exe.value_readers_.size()]),
         device_(execution_device()) {
     for (int32_t i = 0; i < n_; ++i) state_[i].store(kFree, std::memory_order_relaxed);
+    if (!barriers.empty()) barrier_.assign(static_cast<size_t>(n_), 0);  // rare: no allocation otherwise
     for (int32_t b : barriers) barrier_[static_cast<size_t>(b)] = 1;
     for (size_t v = 0; v < exe.value_readers_.size(); ++v) {
       remaining_[v].store(exe.value_readers_[v], std::memory_order_relaxed);
@@ -518,7 +508,7 @@ class HostExecutable::SharedRun final : public HelpOffer {
   // Every step this one reads from (a barrier: every earlier step) has finished, or a step
   // failed (then nothing more runs).
   bool ready(int32_t i) {
-    if (barrier_[static_cast<size_t>(i)]) {
+    if (!barrier_.empty() && barrier_[static_cast<size_t>(i)]) {
       int32_t j = low_done_.load(std::memory_order_relaxed);
       while (j < i && done(j)) ++j;
       low_done_.store(j, std::memory_order_relaxed);  // a hint, like low_
@@ -555,7 +545,7 @@ class HostExecutable::SharedRun final : public HelpOffer {
   RunState& st_;
   const int32_t n_;
   std::unique_ptr<std::atomic<uint8_t>[]> state_;
-  std::vector<uint8_t> barrier_;                       // per step: waits for all earlier steps
+  std::vector<uint8_t> barrier_;                       // per step: waits for all earlier steps (or empty)
   std::unique_ptr<std::atomic<int32_t>[]> remaining_;  // per value: reading steps not yet finished
   const c10::DeviceIndex device_;
   std::atomic<int32_t> low_{0};       // no step before it is free (a hint, see first_free)

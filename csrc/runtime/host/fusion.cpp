@@ -1144,12 +1144,9 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   // A stream worker runs ATen with one thread, so at::parallel_for is serial there: a cluster
   // with enough work (elements x instructions, compared like an elementwise kernel's elements)
   // splits its tiles across the kernel threads instead (kernel_threads.h).
-  const int64_t work = numel_ * std::max<int64_t>(1, static_cast<int64_t>(program_.size()) / 2);
-  const int parts = split_parts(work, num_tiles);
+  const int parts = split_parts(split_work(), num_tiles);
   if (parts > 1) {
     run_split_rows(parts, num_tiles, run_tiles);
-  } else if (const int shared = shared_split_parts(work, num_tiles); shared > 1) {
-    run_split_rows_shared(shared, num_tiles, run_tiles);  // halves with a thread waiting for the stream
   } else {
     at::parallel_for(0, num_tiles, std::max<int64_t>(1, at::internal::GRAIN_SIZE / tile), run_tiles);
   }

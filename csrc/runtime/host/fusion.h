@@ -94,6 +94,9 @@ class Cluster {
   // Members whose values leave the cluster, in node order (valid after finalize()).
   const std::vector<int32_t>& stores() const { return store_nodes_; }
   int64_t tile() const { return tile_; }
+  // The size a run passes to split_parts (kernel_threads.h): elements x half the instruction
+  // count, since each element costs several operations (valid after finalize()).
+  int64_t split_work() const { return numel_ * std::max<int64_t>(1, static_cast<int64_t>(program_.size()) / 2); }
 
   // Leading dims kept by the cluster's reductions (-1: no reduction, a plain cluster).
   int lead_rank() const { return lead_rank_; }

@@ -101,7 +101,9 @@ void run_serially(int parts, const std::function<void(int)>& fn) {
 }  // namespace
 
 int split_parts(int64_t numel) {
-  if (numel < kSplitMinElements || t_in_split) return 1;
+  // Mid-sized kernels split only while a thread waiting for the stream can take the parts.
+  const int64_t min = waiting_helpers() > 0 ? kSharedSplitMinElements : kSplitMinElements;
+  if (numel < min || t_in_split) return 1;
   // The Python thread (programs run inline, debug mode) has ATen's own intra-op threads.
   if (at::get_num_threads() > 1 || at::in_parallel_region()) return 1;
   return configured_threads();
@@ -117,7 +119,8 @@ void run_split_rows(int parts, int64_t rows, const std::function<void(int64_t lo
 
 void run_split(int parts, const std::function<void(int part)>& fn) {
   // A thread waiting for the stream spins: it takes the parts rather than a sleeping helper
-  // (which would then compete with it for the cores).
+  // (which would then compete with it for the cores). Should it stop waiting between
+  // split_parts and here, a mid-sized kernel falls back to the helpers (one futex wake-up).
   if (parts > 1 && !t_in_split && waiting_helpers() > 0 && run_with_waiting_threads(parts, fn)) return;
   Pool& p = pool();
   std::unique_lock<std::mutex> busy(p.busy, std::try_to_lock);
@@ -347,16 +350,6 @@ bool help_while_waiting(const std::function<bool()>& done) {
   }
   g_waiting.fetch_sub(1);
   return finished;
-}
-
-int shared_split_parts(int64_t numel, int64_t rows) {
-  if (numel >= kSplitMinElements || numel < kSharedSplitMinElements || rows < 2 || waiting_helpers() == 0) return 1;
-  return split_parts(kSplitMinElements, rows);  // a large kernel's parts (1 where splitting is off)
-}
-
-void run_split_rows_shared(int parts, int64_t rows, const std::function<void(int64_t lo, int64_t hi)>& fn) {
-  const std::function<void(int)> part = [&](int p) { fn(rows * p / parts, rows * (p + 1) / parts); };
-  if (parts <= 1 || t_in_split || !run_with_waiting_threads(parts, part)) run_serially(parts, part);
 }
 
 uint64_t work_run_by_waiting_threads() { return g_helped.load(); }

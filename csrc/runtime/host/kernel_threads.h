@@ -19,10 +19,11 @@
 // read or a synchronize) has an idle core while the stream's worker runs the work it waits
 // for. help_while_waiting() lends that core: the thread spins instead of sleeping and runs work
 // the worker offers (HelpOffer): whole steps of a program that do not depend on each other
-// (HostExecutable::run), the parts of a large kernel (run_split hands them to a waiting thread
-// rather than to a sleeping helper, which would compete with the spinning one for the cores),
-// and the halves of mid-sized clusters and contractions (run_split_rows_shared, from
-// kSharedSplitMinElements). Spinning hands work over with a cache-line transfer (~0.1 us)
+// (HostExecutable::run) and the parts of split kernels: run_split hands them to a waiting thread
+// rather than to a sleeping helper, which would compete with the spinning one for the cores,
+// and while a thread waits, split_parts cuts kernels from kSharedSplitMinElements (mid-sized
+// clusters, contractions, elementwise kernels) as well. Spinning hands work over with a
+// cache-line transfer (~0.1 us)
 // where waking a sleeping helper is a futex call (several us on a VM), so much smaller work is
 // worth sharing; and it only uses a core whose thread would otherwise sleep, never the one the
 // Python thread dispatches on (spinning helpers that competed with it made a TinyGPT step 1.3x
@@ -46,9 +47,13 @@ constexpr int64_t kSplitMinElements = int64_t{128} << 10;
 // GPT-2-width products (12M-450M) ran 1.35x faster split; TinyGPT's (1M-4M) 7% slower when
 // split from 1M, and no slower from 8M.
 constexpr int64_t kMultiplyAddsPerElement = 64;
+// The smallest kernel that splits while a thread waits for the stream (see "Waiting threads"):
+// 8K elements (512K multiply-adds), since the hand-off to a spinning thread costs ~0.1 us.
+constexpr int64_t kSharedSplitMinElements = int64_t{8} << 10;
 
 // How many parts the calling thread should split a kernel of `numel` output elements into:
-// 1 when the kernel is small, the caller runs ATen with several OpenMP threads, or splitting
+// 1 when the kernel is small (below kSplitMinElements, or kSharedSplitMinElements while a
+// thread waits for the stream), the caller runs ATen with several OpenMP threads, or splitting
 // is off.
 int split_parts(int64_t numel);
 // The same, for a kernel whose parts are blocks of `rows` rows: never more parts than rows.
@@ -107,16 +112,6 @@ bool help_while_waiting_enabled();
 // before). Offered work runs with a fresh thread's dispatch state, one OpenMP/MKL thread and
 // no further splitting. done() must be cheap and thread-safe.
 bool help_while_waiting(const std::function<bool()>& done);
-
-// The smallest kernel (elements, as for split_parts) cut in halves for a waiting thread.
-constexpr int64_t kSharedSplitMinElements = int64_t{8} << 10;
-
-// Like run_split_rows, for kernels below kSplitMinElements: while a thread waits for the
-// stream, the kernel is cut into parts and offered to it (the caller takes what it leaves).
-// shared_split_parts says how many parts to cut (1: nobody waits, or the kernel is too small
-// or large for this path).
-int shared_split_parts(int64_t numel, int64_t rows);
-void run_split_rows_shared(int parts, int64_t rows, const std::function<void(int64_t lo, int64_t hi)>& fn);
 
 // Work items waiting threads ran since the process started (tests, metrics).
 uint64_t work_run_by_waiting_threads();

@@ -91,8 +91,12 @@ bool batched_sgemm_in_place(const at::Tensor& res, const at::Tensor& lhs, const 
   const float* b0 = rhs.const_data_ptr<float>();
   float* c0 = res.mutable_data_ptr<float>();
   auto block = [&](int64_t lo, int64_t hi) {
-    std::vector<const float*> as(static_cast<size_t>(hi - lo)), bs(as.size());
-    std::vector<float*> cs(as.size());
+    // Pointers per matrix, in per-thread buffers reused across calls (no allocation per product).
+    thread_local std::vector<const float*> as, bs;
+    thread_local std::vector<float*> cs;
+    as.resize(static_cast<size_t>(hi - lo));
+    bs.resize(as.size());
+    cs.resize(as.size());
     for (int64_t i = lo; i < hi; ++i) {
       int64_t oa = 0, ob = 0;
       for (int64_t d = r - 3, rest = i; d >= 0; --d) {  // batch index i -> its offsets
@@ -114,8 +118,6 @@ bool batched_sgemm_in_place(const at::Tensor& res, const at::Tensor& lhs, const 
   const int64_t macs = B * M * N * K / kMultiplyAddsPerElement;
   if (const int parts = split_parts(macs, B); parts > 1) {
     run_split_rows(parts, B, block);
-  } else if (const int shared = shared_split_parts(macs, B); shared > 1) {
-    run_split_rows_shared(shared, B, block);
   } else {
     block(0, B);
   }
@@ -141,12 +143,8 @@ void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor&
       at::bmm_out(r3, lhs.narrow(0, lo, hi - lo), rhs.narrow(0, lo, hi - lo));
     }
   };
-  if (parts > 1) return run_split_rows(parts, rows, block);
-  // Smaller products go halves with a thread waiting for this stream, if there is one.
-  if (const int shared = shared_split_parts(B * M * N * K / kMultiplyAddsPerElement, rows); shared > 1) {
-    return run_split_rows_shared(shared, rows, block);
-  }
-  block(0, rows);
+  if (parts <= 1) return block(0, rows);
+  run_split_rows(parts, rows, block);
 }
 
 // A result of `shape` whose rows (dim 0) are independent, computed by rows(lo, hi) (rows [lo,
@@ -267,6 +265,25 @@ std::optional<WeightGradForm> weight_grad_form(const std::vector<int64_t>& sp, c
   return f;
 }
 
+// Multiply-adds of a convolution: each output element reads rhs's [C/g, *kernel] window; lhs
+// dilation's zeros are not computed by the rewritten forms, hence the division.
+int64_t convolution_macs(const ir::Graph& g, const ir::Node& n) {
+  const ir::Node& rn = g.node(n.operands[1]);
+  const size_t k = n.iattrs.at(0);
+  int64_t macs = c10::multiply_integers(n.shape) * c10::multiply_integers(rn.shape.begin() + 1, rn.shape.end());
+  for (int64_t d : attr_slice(n, 1 + 3 * k, k)) macs /= std::max<int64_t>(d, 1);
+  return macs;
+}
+
+// Multiply-adds of a dot_general: each output element sums over the contracting dims.
+int64_t dot_general_macs(const ir::Graph& g, const ir::Node& n) {
+  const size_t nb = n.iattrs[0], nc = n.iattrs[1 + 2 * nb];
+  const ir::Node& lhs = g.node(n.operands[0]);
+  int64_t k = 1;
+  for (int64_t d : attr_slice(n, 2 + 2 * nb, nc)) k *= lhs.shape[d];
+  return c10::multiply_integers(n.shape) * k;
+}
+
 Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
   const int32_t l = n.operands[0], r = n.operands[1];
   const ir::Node &ln = g.node(l), &rn = g.node(r);
@@ -287,11 +304,8 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
   auto result = [=](const at::Tensor& y) { return upcast ? y.to(dtype) : y; };
   const std::vector<int64_t> sp(ln.shape.begin() + 2, ln.shape.end()), kernel(rn.shape.begin() + 2, rn.shape.end()),
       out(n.shape.begin() + 2, n.shape.end());
-  // Multiply-adds of the literal convolution (each output element reads rhs's [C/g, *kernel]
-  // window; lhs dilation's zeros are not computed by the rewritten forms, hence the division).
   const std::vector<int64_t> result_shape = n.shape;
-  int64_t macs = c10::multiply_integers(n.shape) * c10::multiply_integers(rn.shape.begin() + 1, rn.shape.end());
-  for (int64_t d : ldil) macs /= std::max<int64_t>(d, 1);
+  const int64_t macs = convolution_macs(g, n);
 
   if (auto f = transposed_form(kernel, strides, lo, hi, ldil, rdil)) {
     // Un-flip the kernel: reverse spatially, swap in/out channels within each group.
@@ -392,6 +406,13 @@ Kernel make_contract_kernel(const ir::Graph& g, int32_t id) {
   if (n.kind == OpKind::kDotGeneral) return dot_general_kernel(g, n);
   if (n.kind == OpKind::kConvolution) return convolution_kernel(g, n);
   return {};
+}
+
+int64_t contraction_macs(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  if (n.kind == OpKind::kDotGeneral) return dot_general_macs(g, n);
+  if (n.kind == OpKind::kConvolution) return convolution_macs(g, n);
+  return 0;
 }
 
 }  // namespace torch_tpu::runtime::host
