@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <set>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "graph_helpers.h"
 #include "host_helpers.h"
@@ -16,13 +19,13 @@
 namespace torch_tpu::runtime {
 namespace {
 
+using host::HostExecutable;
+using ir::DType;
+using ir::OpKind;
 using torch_tpu::testing::compile_host;
 using torch_tpu::testing::fresh_targets;
 using torch_tpu::testing::Program;
 using torch_tpu::testing::tensor_binding;
-using host::HostExecutable;
-using ir::DType;
-using ir::OpKind;
 
 // Runs fn on a fresh thread with one OpenMP thread, like a stream worker.
 template <typename F>
@@ -49,6 +52,24 @@ TEST(KernelThreads, RunSplitRunsEveryPartOnce) {
   });
   EXPECT_EQ(mask.load(), 3);
   EXPECT_EQ(calls.load(), 2);
+}
+
+// Parts are claimed by whichever thread is free: more parts than threads run once each, on
+// no more threads than TORCH_TPU_HOST_KERNEL_THREADS (2 by default), the caller included.
+TEST(KernelThreads, PartsAreClaimedByTheThreadsThereAre) {
+  constexpr int kParts = 16;
+  std::vector<std::thread::id> ran_on(kParts);
+  std::atomic<int> calls{0};
+  host::run_split(kParts, [&](int part) {
+    ran_on[static_cast<size_t>(part)] = std::this_thread::get_id();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    calls++;
+  });
+  EXPECT_EQ(calls.load(), kParts);
+  std::set<std::thread::id> threads(ran_on.begin(), ran_on.end());
+  EXPECT_LE(threads.size(), 2u);
+  EXPECT_TRUE(threads.count(std::this_thread::get_id()));  // the caller took parts too
+  EXPECT_FALSE(threads.count(std::thread::id()));          // every part ran
 }
 
 TEST(KernelThreads, RunSplitRethrowsAHelpersException) {
@@ -178,7 +199,9 @@ TEST(KernelThreads, ErrorInAHelpersBlockReachesTheCaller) {
   yv[511][7] = 0;
   at::Tensor got = at::empty(shape, at::kInt);
   std::vector<OutputTarget> targets{{q, tensor_binding(got)}};
-  EXPECT_THROW(on_single_threaded_worker([&] { exe.run({tensor_binding(xv), tensor_binding(yv)}, targets, {}); }),
+  EXPECT_THROW(on_single_threaded_worker([&] {
+                 exe.run({tensor_binding(xv), tensor_binding(yv)}, targets, {});
+               }),
                c10::Error);
 }
 

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/blocking_wait.h"
@@ -41,14 +42,18 @@ int configured_threads() {
   return n;
 }
 
-// The helpers and the one split they may be working on (all fields under `mu`).
+// The helpers and the one split they may be working on (all fields under `mu`). Parts are
+// claimed, not assigned: whoever is free takes the next one, so the caller runs the parts a
+// helper has not started by the time it is done with its own (on a busy machine a woken
+// helper may wait a scheduler slice for a core, and the caller would otherwise sleep for it).
 struct Pool {
   std::mutex busy;  // held by the caller of the split in progress
   std::mutex mu;
   std::condition_variable cv_start, cv_done;
-  uint64_t generation = 0;  // bumped per split; a helper runs each generation at most once
+  uint64_t generation = 0;  // bumped per split
   int parts = 0;
-  int pending = 0;  // helper parts of this generation not yet finished
+  int next = 0;      // the next unclaimed part of this split
+  int finished = 0;  // parts of this split finished, on any thread
   const std::function<void(int)>* fn = nullptr;
   const at::ThreadLocalState* state = nullptr;
   std::exception_ptr error;
@@ -63,7 +68,30 @@ Pool& pool() {
 
 thread_local bool t_in_split = false;  // a part never splits again
 
-void helper_loop(Pool& p, int part) {
+// Runs the unclaimed parts of the current split, one at a time, and returns with `lk` held once
+// none is left. A claimed part keeps the split (and its fn and state) alive: the caller
+// returns only when every part has finished. Helpers take on the caller's thread-local state.
+void run_claimed_parts(Pool& p, std::unique_lock<std::mutex>& lk, bool is_helper) {
+  while (p.next < p.parts) {
+    const int part = p.next++;
+    const auto* fn = p.fn;
+    const auto* state = p.state;
+    lk.unlock();
+    std::exception_ptr err;
+    try {
+      std::optional<at::ThreadLocalStateGuard> guard;
+      if (is_helper) guard.emplace(*state);
+      (*fn)(part);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    lk.lock();
+    if (err && !p.error) p.error = err;
+    if (++p.finished == p.parts) p.cv_done.notify_one();
+  }
+}
+
+void helper_loop(Pool& p) {
   t_in_split = true;
   set_omp_threads_of_this_thread(1);  // its ATen kernels stay on this thread (see kernel_threads.h)
   uint64_t seen = 0;
@@ -71,20 +99,7 @@ void helper_loop(Pool& p, int part) {
   for (;;) {
     p.cv_start.wait(lk, [&] { return p.generation != seen; });
     seen = p.generation;
-    if (part >= p.parts) continue;  // this split has fewer parts
-    const auto* fn = p.fn;
-    const auto* state = p.state;
-    lk.unlock();
-    std::exception_ptr err;
-    try {
-      at::ThreadLocalStateGuard guard(*state);
-      (*fn)(part);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    lk.lock();
-    if (err && !p.error) p.error = err;
-    if (--p.pending == 0) p.cv_done.notify_one();
+    run_claimed_parts(p, lk, /*is_helper=*/true);
   }
 }
 
@@ -130,15 +145,16 @@ void run_split(int parts, const std::function<void(int part)>& fn) {
     std::lock_guard<std::mutex> g(p.mu);
     if (p.helpers == 0) p.started_in = pid;
     if (p.started_in != pid) return run_serially(parts, fn);
-    for (; p.helpers < parts - 1; ++p.helpers) {
-      std::thread([&p, part = p.helpers + 1] { helper_loop(p, part); }).detach();
+    for (; p.helpers < std::min(parts, configured_threads()) - 1; ++p.helpers) {
+      std::thread([&p] { helper_loop(p); }).detach();
     }
   }
   const at::ThreadLocalState state;
   {
     std::lock_guard<std::mutex> g(p.mu);
     p.parts = parts;
-    p.pending = parts - 1;
+    p.next = 0;
+    p.finished = 0;
     p.fn = &fn;
     p.state = &state;
     p.error = nullptr;
@@ -146,21 +162,27 @@ void run_split(int parts, const std::function<void(int part)>& fn) {
   }
   p.cv_start.notify_all();
   g_splits++;
-  std::exception_ptr err;
-  t_in_split = true;
-  try {
-    fn(0);
-  } catch (...) {
-    err = std::current_exception();
-  }
-  t_in_split = false;
-  {
-    BlockingWait unblock_python;  // a helper copying Python modes of `state` needs the GIL
-    std::unique_lock<std::mutex> lk(p.mu);
-    p.cv_done.wait(lk, [&] { return p.pending == 0; });
-    if (!err) err = p.error;
+  auto finish = [&p] {  // under p.mu, every part finished
+    std::exception_ptr err = p.error;
     p.fn = nullptr;
     p.state = nullptr;
+    return err;
+  };
+  std::exception_ptr err;
+  bool all_finished;
+  {
+    std::unique_lock<std::mutex> lk(p.mu);
+    t_in_split = true;
+    run_claimed_parts(p, lk, /*is_helper=*/false);  // part 0 and whatever no helper has claimed
+    t_in_split = false;
+    all_finished = p.finished == p.parts;
+    if (all_finished) err = finish();
+  }
+  if (!all_finished) {
+    BlockingWait unblock_python;  // a helper copying Python modes of `state` needs the GIL
+    std::unique_lock<std::mutex> lk(p.mu);
+    p.cv_done.wait(lk, [&] { return p.finished == p.parts; });
+    err = finish();
   }
   if (err) std::rethrow_exception(err);
 }

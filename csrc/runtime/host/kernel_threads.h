@@ -59,9 +59,10 @@ int split_parts(int64_t numel);
 // The same, for a kernel whose parts are blocks of `rows` rows: never more parts than rows.
 int split_parts(int64_t numel, int64_t rows);
 
-// Runs fn(0), ..., fn(parts - 1) and returns when all have finished: part 0 on the calling
-// thread, the others on helper threads (or all on the caller when the helpers are busy).
-// Rethrows the first exception a part threw.
+// Runs fn(0), ..., fn(parts - 1) and returns when all have finished. Parts are claimed by
+// whichever thread is free: the caller and up to split_parts(...) - 1 helper or waiting
+// threads (all on the caller when the helpers are busy). Rethrows the first exception a part
+// threw.
 void run_split(int parts, const std::function<void(int part)>& fn);
 // run_split over rows [0, rows) cut into `parts` contiguous blocks: fn(lo, hi) per block.
 void run_split_rows(int parts, int64_t rows, const std::function<void(int64_t lo, int64_t hi)>& fn);
