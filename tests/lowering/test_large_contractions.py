@@ -1,5 +1,5 @@
 """Large matmuls and convolutions on a stream worker, where the host runtime splits them across
-its kernel threads (by batch, rows or output channels), forward and backward, against CPU."""
+its kernel threads (by batch, images or rows), forward and backward, against CPU."""
 
 from __future__ import annotations
 
@@ -23,17 +23,20 @@ def test_large_matmuls_and_convolutions_match_cpu(mode: str) -> None:
     a, b = torch.randn(301, 700, requires_grad=True), torch.randn(700, 157, requires_grad=True)
     ba, bb = torch.randn(5, 100, 300, requires_grad=True), torch.randn(5, 300, 90, requires_grad=True)
     x, w = torch.randn(8, 32, 24, 24, requires_grad=True), torch.randn(48, 32, 3, 3, requires_grad=True)
+    wg = torch.randn(48, 8, 3, 3, requires_grad=True)
 
     def run(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        a, b, ba, bb, x, w = tensors
+        a, b, ba, bb, x, w, wg = tensors
         mm, bmm = a @ b, torch.bmm(ba, bb)
         conv = F.conv2d(x, w, padding=1)
         strided = F.conv2d(x, w, stride=2)  # its input gradient is a transposed convolution
-        loss = mm.square().sum() + bmm.square().sum() + conv.square().sum() + strided.square().sum()
+        grouped = F.conv2d(x, wg, padding=1, groups=4)  # its weight gradient splits by images too
+        loss = (mm.square().sum() + bmm.square().sum() + conv.square().sum() + strided.square().sum() +
+                grouped.square().sum())
         grads = torch.autograd.grad(loss, tensors)
-        return [mm, bmm, conv, strided, *grads]
+        return [mm, bmm, conv, strided, grouped, *grads]
 
-    leaves = [a, b, ba, bb, x, w]
+    leaves = [a, b, ba, bb, x, w, wg]
     want = run(leaves)
     before = _C._host_kernel_splits()
     with torch_tpu.mode(mode):

@@ -341,16 +341,27 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
       // transposing back gives those tensors' own (usually contiguous) memory.
       at::Tensor x = groups == 1 ? t.transpose(0, 1) : t.reshape(split).permute(perm).reshape(merged);
       at::Tensor g_out = go.transpose(0, 1);
-      auto grad_rows = [&](int64_t lo, int64_t hi) {  // output channels [lo, hi) of the weight gradient
-        std::vector<int64_t> part = weight;
-        part[0] = hi - lo;
-        at::Tensor w = at::empty(part, x.options());  // only its sizes are read
-        return std::get<1>(at::convolution_backward(g_out.narrow(1, lo, hi - lo), x, w, std::nullopt, f->stride,
-                                                    f->padding, f->dilation, /*transposed=*/false,
-                                                    std::vector<int64_t>(k, 0), groups, {false, true, false}));
+      auto grad_of_images = [&](int64_t lo, int64_t hi) {  // the sum over images [lo, hi)
+        at::Tensor w = at::empty(weight, x.options());     // only its sizes are read
+        return std::get<1>(at::convolution_backward(
+            g_out.narrow(0, lo, hi - lo), x.narrow(0, lo, hi - lo), w, std::nullopt, f->stride, f->padding, f->dilation,
+            /*transposed=*/false, std::vector<int64_t>(k, 0), groups, {false, true, false}));
       };
-      // Output channels are independent when there is one group: split by them.
-      at::Tensor grad = groups == 1 ? split_rows(weight, x.options(), macs, grad_rows) : grad_rows(0, o);
+      // Split by images, summing the parts' gradients: each part reads only its images (split
+      // by output channels, both would reorder the whole input: 1.7x the work, against 1.35x).
+      const int64_t images = x.size(0);
+      const int parts = split_parts(macs / kMultiplyAddsPerElement, images);
+      at::Tensor grad;
+      if (parts <= 1) {
+        grad = grad_of_images(0, images);
+      } else {
+        std::vector<at::Tensor> partial(static_cast<size_t>(parts));
+        run_split(parts, [&](int part) {
+          partial[static_cast<size_t>(part)] = grad_of_images(images * part / parts, images * (part + 1) / parts);
+        });
+        grad = partial[0];
+        for (size_t p = 1; p < partial.size(); ++p) grad.add_(partial[p]);
+      }
       return result(grad.transpose(0, 1));
     };
   }
