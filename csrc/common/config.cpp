@@ -54,7 +54,7 @@ const std::vector<EnvVar>& registry() {
        "its stream is idle and its work estimate (elements produced; contractions x64) is at most "
        "this, or it is elementwise only (any size: memory-bound, it runs fastest over warm memory "
        "with ATen's threads). 0 queues everything."},
-      {"TORCH_TPU_FUSED_MAX_OPS", "64",
+      {"TORCH_TPU_FUSED_MAX_OPS", "32",
        "Fused mode flushes a pending graph when it reaches this many recorded ops. Bounds graph "
        "growth in loops that never read a value on the host, and lets the device run one part of "
        "a step while Python records the next (larger graphs fuse more but overlap less)."},
