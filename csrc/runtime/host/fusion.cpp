@@ -707,19 +707,47 @@ const std::array<VmlUnary, kNoOp>& vml() {
 // 0 and zeroed afterwards; results that really are denormal (rare) keep MKL's path and bits.
 constexpr float kExpZeroBelow = -110.f;
 
-void vml_exp(VmlUnary f, int64_t n, const float* a, float* d) {
-  float lo = 0.f;
-  for (int64_t i = 0; i < n; ++i) lo = a[i] < lo ? a[i] : lo;  // NaN lanes compare false: skipped
-  if (!(lo < kExpZeroBelow)) return f(static_cast<int>(n), a, d, kVmlMode);
+// The lane tests and selects are written on 8-float vectors: as plain loops, the "any lane
+// below" test is a float reduction the compiler may not reorder, so it ran one element at a
+// time and cost about what MKL's exp itself does (a masked softmax over [8, 4, 32, 32], fused
+// mode, per call with its dispatch: 111 -> 87 us).
+TPU_AVX2_CLONES void vml_exp(VmlUnary f, int64_t n, const float* a, float* d) {
+  RowVec v, lo;
+  for (int j = 0; j < 8; ++j) lo[j] = kExpZeroBelow;
+  RowMask below = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::memcpy(&v, a + i, sizeof v);
+    below |= v < lo;  // NaN lanes compare false
+  }
+  uint64_t words[4];
+  std::memcpy(words, &below, sizeof words);
+  bool any = (words[0] | words[1] | words[2] | words[3]) != 0;
+  for (; i < n; ++i) any |= a[i] < kExpZeroBelow;
+  if (!any) return f(static_cast<int>(n), a, d, kVmlMode);
   constexpr int64_t kChunk = 256;  // d may be a itself: each chunk goes through the stack
   alignas(64) float x[kChunk];
+  const RowVec zero = {};
   for (int64_t c = 0; c < n; c += kChunk) {
     const int64_t m = std::min(kChunk, n - c);
     const float* ac = a + c;
-    for (int64_t i = 0; i < m; ++i) x[i] = ac[i] < kExpZeroBelow ? 0.f : ac[i];
+    int64_t k = 0;
+    for (; k + 8 <= m; k += 8) {
+      std::memcpy(&v, ac + k, sizeof v);
+      v = v < lo ? zero : v;
+      std::memcpy(x + k, &v, sizeof v);
+    }
+    for (; k < m; ++k) x[k] = ac[k] < kExpZeroBelow ? 0.f : ac[k];
     f(static_cast<int>(m), x, x, kVmlMode);
     float* dc = d + c;
-    for (int64_t i = 0; i < m; ++i) dc[i] = ac[i] < kExpZeroBelow ? 0.f : x[i];
+    for (k = 0; k + 8 <= m; k += 8) {
+      RowVec e;
+      std::memcpy(&v, ac + k, sizeof v);
+      std::memcpy(&e, x + k, sizeof e);
+      e = v < lo ? zero : e;
+      std::memcpy(dc + k, &e, sizeof e);
+    }
+    for (; k < m; ++k) dc[k] = ac[k] < kExpZeroBelow ? 0.f : x[k];
   }
 }
 
