@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "graph_helpers.h"
+#include "host_helpers.h"
 #include "ir/verifier.h"
 #include "runtime/host/philox.h"
 #include "runtime/runtime.h"
@@ -11,15 +12,15 @@
 namespace torch_tpu::runtime {
 namespace {
 
-using torch_tpu::testing::Program;
-using torch_tpu::testing::tensor_binding;
 using ir::DType;
 using ir::Node;
 using ir::OpKind;
+using torch_tpu::testing::Program;
+using torch_tpu::testing::tensor_binding;
 
 // Runs `p` with tensor/scalar inputs and returns fresh contiguous results of `outputs`.
-std::vector<at::Tensor> run(const Program& p, const std::vector<int32_t>& outputs,
-                            const std::vector<Binding>& inputs, RngState rng = {}) {
+std::vector<at::Tensor> run(const Program& p, const std::vector<int32_t>& outputs, const std::vector<Binding>& inputs,
+                            RngState rng = {}) {
   ir::verify(p.g);
   auto exe = host_runtime().compile(p.g, outputs);
   std::vector<at::Tensor> results;
@@ -56,6 +57,33 @@ TEST(HostRuntime, ElementwiseChain) {
   auto r = run(p, {e, c}, {tensor_binding(a), tensor_binding(b)});
   expect_equal(r[0], at::tensor({-2.f, 6.f, 3.f, -2.f}).view({2, 2}));
   expect_equal(r[1], at::tensor({1, 0, 0, 1}, at::kInt).to(at::kBool).view({2, 2}));
+}
+
+// Steps that read no parameter (constants, iotas and what is computed from them only, such as
+// a causal mask) run once when the program is built and are bound at every run like parameters;
+// results are the same, a folded node can be an output, and a result above 64 KiB stays a step.
+TEST(HostRuntime, StepsOfConstantsAloneAreFoldedOnce) {
+  Program p;
+  const std::vector<int64_t> sq{4, 4}, big{128, 256};
+  int32_t x = p.param(0, DType::kF32, sq);
+  int32_t rows = p.add(OpKind::kIota, DType::kI32, sq, {}, {0});
+  int32_t cols = p.add(OpKind::kIota, DType::kI32, sq, {}, {1});
+  int32_t causal = p.add(OpKind::kCompare, DType::kBool, sq, {cols, rows}, {3});  // le
+  int32_t masked = p.add(OpKind::kSelect, DType::kF32, sq, {causal, x, p.splat(DType::kF32, -1.0, sq)});
+  int32_t ones =
+      p.add(OpKind::kAdd, DType::kF32, big, {p.splat(DType::kF32, 0.5, big), p.splat(DType::kF32, 0.5, big)});
+  // Unfused, the select (it reads x) and the 128 KiB add are the only steps left.
+  auto exe = torch_tpu::testing::compile_host(p, {masked, causal, ones}, /*fuse=*/false);
+  EXPECT_EQ(exe.stats().steps, 2) << exe.describe();
+  EXPECT_NE(exe.describe().find("compare"), std::string::npos) << exe.describe();
+  at::Tensor xv = at::randn(sq);
+  at::Tensor want_mask = at::arange(4).view({1, 4}).le(at::arange(4).view({4, 1}));
+  for (int run_index = 0; run_index < 2; ++run_index) {  // folded values are bound again each run
+    auto r = run(p, {masked, causal, ones}, {tensor_binding(xv)});
+    expect_equal(r[1], want_mask);
+    expect_equal(r[0], at::where(want_mask, xv, at::full(sq, -1.f)));
+    expect_equal(r[2], at::ones(big));
+  }
 }
 
 TEST(HostRuntime, IntegerDivisionTruncatesAndRemKeepsDividendSign) {
@@ -172,11 +200,9 @@ TEST(HostRuntime, RngMatchesReferenceAndIsDeterministic) {
   int32_t off2 = p.add(OpKind::kAdd, DType::kI64, {}, {off, four});
   int32_t nrm = p.add(OpKind::kRngNormal, DType::kF64, {3}, {seed, off2});
   auto r = run(p, {u, nrm}, {}, {42, 7});
-  expect_equal(r[0], at::tensor({0.3583604693412781f, 0.5480090379714966f, 0.2663445472717285f,
-                                 0.5246256589889526f}));
+  expect_equal(r[0], at::tensor({0.3583604693412781f, 0.5480090379714966f, 0.2663445472717285f, 0.5246256589889526f}));
   EXPECT_TRUE(at::allclose(
-      r[1], at::tensor({-1.3787772257554678, 0.6473087293754172, -1.7180850977669817}, at::kDouble),
-      0, 1e-15));
+      r[1], at::tensor({-1.3787772257554678, 0.6473087293754172, -1.7180850977669817}, at::kDouble), 0, 1e-15));
   auto again = run(p, {u, nrm}, {}, {42, 7});
   expect_equal(again[0], r[0]);
   expect_equal(again[1], r[1]);

@@ -261,6 +261,7 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     cluster_of[i] = c;
   }
   close_all(-1);
+  fold_constants(graph, step_of);
 
   // In-place elementwise updates (`x.mul_(y)`, an optimizer's `p.add_(u)`): an output stored by a
   // plain cluster may be written straight into memory that an input binding also names, with
@@ -395,6 +396,51 @@ struct HostExecutable::RunState {
     }
   }
 };
+
+// Constant folding: a kernel step whose operands are all folded values (a constant or an iota
+// has none) computes the same value on every run. It runs once here; run() binds the result
+// like a parameter. In a TinyGPT training step that removed ~130 steps of ~1 us each (scalar
+// constants read by kernels, the causal mask's iotas and compare). Results larger than
+// kMaxFoldedBytes stay steps: a broadcast constant materialized once per executable would
+// hold its memory for the executable's lifetime.
+void HostExecutable::fold_constants(const ir::Graph& graph, std::vector<int32_t>& step_of) {
+  auto foldable = [](ir::OpKind k) {
+    return k == ir::OpKind::kConstant || k == ir::OpKind::kIota || ir::is_elementwise(k) ||
+           k == ir::OpKind::kBroadcastInDim || k == ir::OpKind::kReshape || k == ir::OpKind::kTranspose ||
+           k == ir::OpKind::kSlice || k == ir::OpKind::kReverse;
+  };
+  Values values(static_cast<size_t>(num_nodes_));
+  std::vector<int32_t> new_index(steps_.size(), -1);
+  std::vector<Step> kept;
+  kept.reserve(steps_.size());
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    Step& s = steps_[i];
+    const ir::Node& node = graph.node(s.node);
+    bool fold = !s.cluster && foldable(node.kind) &&
+                std::all_of(node.operands.begin(), node.operands.end(), [&](int32_t o) { return values[o].defined(); });
+    if (fold) {
+      at::Tensor v;
+      try {
+        v = s.kernel(values, nullptr);
+      } catch (const std::exception&) {  // raised again at run time, where it belongs
+        fold = false;
+      }
+      fold = fold && v.defined() && v.storage().nbytes() <= kMaxFoldedBytes;
+      if (fold) {
+        values[s.node] = v;
+        folded_.emplace_back(s.node, std::move(v));
+        step_of[s.node] = -1;
+        continue;
+      }
+    }
+    new_index[i] = static_cast<int32_t>(kept.size());
+    kept.push_back(std::move(s));
+  }
+  steps_ = std::move(kept);
+  for (int32_t& st : step_of) {
+    if (st >= 0) st = new_index[static_cast<size_t>(st)];
+  }
+}
 
 void HostExecutable::run_step(RunState& st, const Step& s) const {
   try {
@@ -650,6 +696,10 @@ void HostExecutable::run(const std::vector<Binding>& inputs, const std::vector<O
     values[p.node] = bind_param(p, inputs, rng);
     st.write_outputs(p.node);
   }
+  for (const auto& [node, value] : folded_) {
+    values[node] = value;
+    st.write_outputs(node);
+  }
   if (shareable) {
     SharedRun(*this, st, barriers).run_all();
     return;
@@ -662,6 +712,11 @@ void HostExecutable::run(const std::vector<Binding>& inputs, const std::vector<O
 
 std::string HostExecutable::describe() const {
   std::string s;
+  if (!folded_.empty()) {
+    s += "folded:";
+    for (const auto& [node, value] : folded_) s += " " + node_names_[static_cast<size_t>(node)] + ",";
+    s.back() = '\n';
+  }
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
     s += "step " + std::to_string(i) + ": " +

@@ -17,6 +17,9 @@
 //        it, so writes into output memory keep their program order relative to earlier reads
 //        and writes (fused graphs compose many ops whose stores overwrite earlier loads);
 //      - when it is full (kMaxClusterNodes members), and at the end of the graph.
+//  * kernel steps that read no parameter (constants, iotas, a causal mask built from them) are
+//    folded: computed once at compile time and bound at each run like parameters (results
+//    up to kMaxFoldedBytes; a larger one stays a step rather than hold memory for good);
 //    A closed cluster of one node is an ordinary kernel step. Members store only values read
 //    by a later step or requested as outputs. Consequence for callers: a tensor input is read
 //    whenever its reading step runs, which may be after an output that precedes it in node
@@ -43,6 +46,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/host/fusion.h"
@@ -85,6 +89,12 @@ class HostExecutable final : public Executable {
   // Programs shorter than this always run their steps in order on the calling thread.
   static constexpr int32_t kMinSharedSteps = 8;
 
+  // The largest constant-folded value (fold_constants).
+  static constexpr size_t kMaxFoldedBytes = size_t{64} << 10;
+
+  // Runs the steps that depend on no parameter once, moving their results into folded_;
+  // step_of (per node: its step) is renumbered to the steps left.
+  void fold_constants(const ir::Graph& graph, std::vector<int32_t>& step_of);
   at::Tensor bind_param(const Param& p, const std::vector<Binding>& inputs, RngState rng) const;
   // Runs one step and writes its outputs; records the node in last_failed_node if it throws.
   void run_step(RunState& st, const Step& s) const;
@@ -96,6 +106,7 @@ class HostExecutable final : public Executable {
   std::vector<std::vector<int64_t>> output_shape_;  // per node id (outputs only)
   std::vector<bool> is_output_;                     // per node id: may be requested by run()
   std::vector<Param> params_;
+  std::vector<std::pair<int32_t, at::Tensor>> folded_;  // (node, value) bound at the start of a run
   std::vector<bool> reads_binding_;  // per binding index: some live parameter reads it
   std::vector<Step> steps_;
   // In-place writes (inplace_ok): per node, the plain cluster that stores it; per binding, the
