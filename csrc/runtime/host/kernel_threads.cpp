@@ -14,7 +14,6 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
-#include <optional>
 #include <thread>
 
 #include "common/blocking_wait.h"
@@ -42,21 +41,57 @@ int configured_threads() {
   return n;
 }
 
-// The helpers and the one split they may be working on (all fields under `mu`). Parts are
-// claimed, not assigned: whoever is free takes the next one, so the caller runs the parts a
-// helper has not started by the time it is done with its own (on a busy machine a woken
+// The parts of one split kernel. They are claimed, not assigned: whoever is free takes the
+// next one (the calling thread, a helper, a thread waiting for the stream), so the caller runs
+// the parts nobody has started by the time it is done with its own (on a busy machine a woken
 // helper may wait a scheduler slice for a core, and the caller would otherwise sleep for it).
+class PartsOffer final : public HelpOffer {
+ public:
+  PartsOffer(int parts, const std::function<void(int)>& fn) : parts_(parts), fn_(fn) {}
+  // Claims and runs parts until none is left; true if it ran any.
+  bool help() override {
+    bool ran = false;
+    for (int p; (p = next_.fetch_add(1)) < parts_;) {
+      run(p);
+      ran = true;
+    }
+    return ran;
+  }
+  bool finished() const { return finished_.load() == parts_; }
+  // After finished(): the first exception a part threw, rethrown.
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void run(int part) {
+    try {
+      fn_(part);
+    } catch (...) {
+      std::lock_guard<std::mutex> g(error_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    finished_.fetch_add(1);
+  }
+  const int parts_;
+  const std::function<void(int)>& fn_;
+  std::atomic<int> next_{0};
+  std::atomic<int> finished_{0};
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+};
+
+// The helper threads and the split they may join (all fields under `mu`). A helper that
+// joins counts in `users`; the caller returns once every part has finished and no helper is
+// still inside the offer, so a late helper never touches a finished split.
 struct Pool {
   std::mutex busy;  // held by the caller of the split in progress
   std::mutex mu;
   std::condition_variable cv_start, cv_done;
   uint64_t generation = 0;  // bumped per split
-  int parts = 0;
-  int next = 0;      // the next unclaimed part of this split
-  int finished = 0;  // parts of this split finished, on any thread
-  const std::function<void(int)>* fn = nullptr;
-  const at::ThreadLocalState* state = nullptr;
-  std::exception_ptr error;
+  PartsOffer* offer = nullptr;
+  const at::ThreadLocalState* state = nullptr;  // the caller's, which helpers run parts under
+  int users = 0;
   int helpers = 0;         // started helper threads
   pid_t started_in = 0;    // helpers do not survive fork(): a child process runs splits serially
 };
@@ -68,29 +103,6 @@ Pool& pool() {
 
 thread_local bool t_in_split = false;  // a part never splits again
 
-// Runs the unclaimed parts of the current split, one at a time, and returns with `lk` held once
-// none is left. A claimed part keeps the split (and its fn and state) alive: the caller
-// returns only when every part has finished. Helpers take on the caller's thread-local state.
-void run_claimed_parts(Pool& p, std::unique_lock<std::mutex>& lk, bool is_helper) {
-  while (p.next < p.parts) {
-    const int part = p.next++;
-    const auto* fn = p.fn;
-    const auto* state = p.state;
-    lk.unlock();
-    std::exception_ptr err;
-    try {
-      std::optional<at::ThreadLocalStateGuard> guard;
-      if (is_helper) guard.emplace(*state);
-      (*fn)(part);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    lk.lock();
-    if (err && !p.error) p.error = err;
-    if (++p.finished == p.parts) p.cv_done.notify_one();
-  }
-}
-
 void helper_loop(Pool& p) {
   t_in_split = true;
   set_omp_threads_of_this_thread(1);  // its ATen kernels stay on this thread (see kernel_threads.h)
@@ -99,15 +111,21 @@ void helper_loop(Pool& p) {
   for (;;) {
     p.cv_start.wait(lk, [&] { return p.generation != seen; });
     seen = p.generation;
-    run_claimed_parts(p, lk, /*is_helper=*/true);
+    if (p.offer == nullptr) continue;  // that split is over already
+    PartsOffer* offer = p.offer;
+    const at::ThreadLocalState* state = p.state;
+    ++p.users;
+    lk.unlock();
+    {
+      at::ThreadLocalStateGuard guard(*state);
+      offer->help();
+    }
+    lk.lock();
+    if (--p.users == 0 && offer->finished()) p.cv_done.notify_one();
   }
 }
 
 std::atomic<uint64_t> g_splits{0};
-
-// Runs the parts on the calling thread and threads waiting for a stream; false (nothing run)
-// when another kernel's parts are on offer.
-bool run_with_waiting_threads(int parts, const std::function<void(int)>& fn);
 
 void run_serially(int parts, const std::function<void(int)>& fn) {
   for (int i = 0; i < parts; ++i) fn(i);
@@ -133,13 +151,31 @@ void run_split_rows(int parts, int64_t rows, const std::function<void(int64_t lo
 }
 
 void run_split(int parts, const std::function<void(int part)>& fn) {
-  // A thread waiting for the stream spins: it takes the parts rather than a sleeping helper
-  // (which would then compete with it for the cores). Should it stop waiting between
-  // split_parts and here, a mid-sized kernel falls back to the helpers (one futex wake-up).
-  if (parts > 1 && !t_in_split && waiting_helpers() > 0 && run_with_waiting_threads(parts, fn)) return;
+  if (parts <= 1 || t_in_split) return run_serially(parts, fn);
+  PartsOffer offer(parts, fn);
+  struct InSplit {  // a part never splits again, on this thread either
+    InSplit() { t_in_split = true; }
+    ~InSplit() { t_in_split = false; }
+  } in_split;
+  // A thread waiting for the stream spins: it takes parts at once, where a sleeping helper
+  // would compete with it for the cores. Should it stop waiting between split_parts and here,
+  // a mid-sized kernel goes to the helpers (one futex wake-up).
+  if (waiting_helpers() > 0) {
+    bool published;
+    {
+      OfferScope scope(OfferScope::kKernelParts, &offer);
+      published = scope.published();
+      if (published) {
+        g_splits++;
+        offer.help();
+        while (!offer.finished()) cpu_relax();
+      }
+    }  // withdrawn: no waiting thread is inside offer.help() any more
+    if (published) return offer.rethrow();
+  }
   Pool& p = pool();
   std::unique_lock<std::mutex> busy(p.busy, std::try_to_lock);
-  if (parts <= 1 || t_in_split || !busy.owns_lock()) return run_serially(parts, fn);
+  if (!busy.owns_lock()) return run_serially(parts, fn);  // another stream's split has them
   const pid_t pid = getpid();
   {
     std::lock_guard<std::mutex> g(p.mu);
@@ -152,39 +188,31 @@ void run_split(int parts, const std::function<void(int part)>& fn) {
   const at::ThreadLocalState state;
   {
     std::lock_guard<std::mutex> g(p.mu);
-    p.parts = parts;
-    p.next = 0;
-    p.finished = 0;
-    p.fn = &fn;
+    p.offer = &offer;
     p.state = &state;
-    p.error = nullptr;
     ++p.generation;
   }
   p.cv_start.notify_all();
   g_splits++;
-  auto finish = [&p] {  // under p.mu, every part finished
-    std::exception_ptr err = p.error;
-    p.fn = nullptr;
-    p.state = nullptr;
-    return err;
-  };
-  std::exception_ptr err;
-  bool all_finished;
+  offer.help();  // part 0 and whatever no helper has claimed
+  auto over = [&] { return offer.finished() && p.users == 0; };
+  bool done;
   {
-    std::unique_lock<std::mutex> lk(p.mu);
-    t_in_split = true;
-    run_claimed_parts(p, lk, /*is_helper=*/false);  // part 0 and whatever no helper has claimed
-    t_in_split = false;
-    all_finished = p.finished == p.parts;
-    if (all_finished) err = finish();
+    std::lock_guard<std::mutex> g(p.mu);
+    done = over();
+    if (done) {
+      p.offer = nullptr;
+      p.state = nullptr;
+    }
   }
-  if (!all_finished) {
+  if (!done) {
     BlockingWait unblock_python;  // a helper copying Python modes of `state` needs the GIL
     std::unique_lock<std::mutex> lk(p.mu);
-    p.cv_done.wait(lk, [&] { return p.finished == p.parts; });
-    err = finish();
+    p.cv_done.wait(lk, over);
+    p.offer = nullptr;
+    p.state = nullptr;
   }
-  if (err) std::rethrow_exception(err);
+  offer.rethrow();
 }
 
 uint64_t splits_with_helpers() { return g_splits.load(); }
@@ -273,60 +301,6 @@ class HelperThreadState {
   int omp_, mkl_;
   bool in_split_;
 };
-
-// Parts of one kernel offered to waiting threads; the offering thread claims parts too.
-class PartsOffer final : public HelpOffer {
- public:
-  PartsOffer(int parts, const std::function<void(int)>& fn) : parts_(parts), fn_(fn) {}
-  bool help() override {
-    bool ran = false;
-    for (int p; (p = next_.fetch_add(1)) < parts_;) {
-      run(p);
-      ran = true;
-    }
-    return ran;
-  }
-  // On the offering thread: claims and runs parts until none is left, waits for those others
-  // run, and rethrows the first error.
-  void run_all() {
-    help();
-    while (finished_.load() < parts_) cpu_relax();
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  void run(int part) {
-    try {
-      fn_(part);
-    } catch (...) {
-      std::lock_guard<std::mutex> g(error_mu_);
-      if (!error_) error_ = std::current_exception();
-    }
-    finished_.fetch_add(1);
-  }
-  const int parts_;
-  const std::function<void(int)>& fn_;
-  std::atomic<int> next_{0};
-  std::atomic<int> finished_{0};
-  std::mutex error_mu_;
-  std::exception_ptr error_;
-};
-
-bool run_with_waiting_threads(int parts, const std::function<void(int)>& fn) {
-  PartsOffer offer(parts, fn);
-  OfferScope scope(OfferScope::kKernelParts, &offer);
-  if (!scope.published()) return false;
-  g_splits++;
-  t_in_split = true;
-  try {
-    offer.run_all();
-  } catch (...) {
-    t_in_split = false;
-    throw;
-  }
-  t_in_split = false;
-  return true;
-}
 
 }  // namespace
 
