@@ -1,7 +1,6 @@
 #include "runtime/host/executor.h"
 
 #include <ATen/ScalarOps.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "ir/printer.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/scratch_allocator.h"
+#include "runtime/internal_dispatch.h"
 
 namespace torch_tpu::runtime {
 namespace host {
@@ -26,13 +26,6 @@ static_assert(static_cast<int>(ir::DType::kBF16) == static_cast<int>(at::ScalarT
 static_assert(static_cast<int>(ir::DType::kBool) == static_cast<int>(at::ScalarType::Bool));
 static_assert(static_cast<int>(ir::DType::kF16) == static_cast<int>(at::ScalarType::Half));
 static_assert(static_cast<int>(ir::DType::kU8) == static_cast<int>(at::ScalarType::Byte));
-
-// Keeps the runtime's internal ATen calls away from autograd and from Python dispatch modes
-// (a user's TorchDispatchMode must see the TPU ops, not our CPU kernels).
-struct InternalDispatchGuard {
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
-  c10::impl::ExcludeDispatchKeyGuard no_python{c10::python_ks};
-};
 
 std::string shape_str(c10::IntArrayRef s) { return c10::str(s); }
 

@@ -2,7 +2,6 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
-#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/AutogradState.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <dlfcn.h>
@@ -18,6 +17,7 @@
 
 #include "common/blocking_wait.h"
 #include "common/config.h"
+#include "runtime/internal_dispatch.h"
 
 namespace torch_tpu::runtime::host {
 namespace {
@@ -296,8 +296,7 @@ class HelperThreadState {
  private:
   const c10::AutogradState autograd_;
   c10::impl::ForceDispatchKeyGuard keys_;
-  at::AutoDispatchBelowADInplaceOrView below_autograd_;
-  c10::impl::ExcludeDispatchKeyGuard no_python_{c10::python_ks};
+  InternalDispatchGuard internal_;  // then excluded as in a program run
   int omp_, mkl_;
   bool in_split_;
 };

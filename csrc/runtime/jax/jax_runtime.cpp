@@ -1,7 +1,6 @@
 #include "runtime/jax/jax_runtime.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "runtime/internal_dispatch.h"
 #include "stablehlo/emitter.h"
 
 namespace py = pybind11;
@@ -23,13 +23,6 @@ namespace {
 py::object* g_engine = nullptr;
 
 bool python_alive() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
-
-// The runtime's own ATen calls (gathering, output copies, the engine's tensor conversions) stay
-// away from autograd and from a user's Python dispatch mode, as in the host runtime.
-struct InternalDispatchGuard {
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
-  c10::impl::ExcludeDispatchKeyGuard no_python{c10::python_ks};
-};
 
 // Raises the c10 error matching a Python exception of the engine (called with the GIL held).
 [[noreturn]] void rethrow(py::error_already_set& e, const char* what) {
