@@ -187,8 +187,7 @@ void init_exec_bindings(py::module_& m) {
     return d;
   });
   m.def("_reset_metrics", [] { exec::reset_metrics(); });
-  // Kernels the host runtime split across its kernel threads since the process started (tests).
-  m.def("_host_kernel_splits", [] { return runtime::host::splits_with_helpers(); });
+  // metrics()["host_threads"]: kernels split across threads, work waiting threads ran.
   m.def("_host_thread_stats", [] {
     py::dict d;
     d["kernel_splits"] = runtime::host::splits_with_helpers();

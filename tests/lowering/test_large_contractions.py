@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
-from torch_tpu import _C
 
 
 def _splits_possible() -> bool:
@@ -38,12 +37,12 @@ def test_large_matmuls_and_convolutions_match_cpu(mode: str) -> None:
 
     leaves = [a, b, ba, bb, x, w, wg]
     want = run(leaves)
-    before = _C._host_kernel_splits()
+    before = torch_tpu.metrics()["host_threads"]["kernel_splits"]
     with torch_tpu.mode(mode):
         got = [t.cpu() for t in run([t.detach().to("tpu").requires_grad_() for t in leaves])]
     if _splits_possible():
         # mm, bmm, two convolutions forward; their gradients: at least as many again.
-        assert _C._host_kernel_splits() - before >= 8
+        assert torch_tpu.metrics()["host_threads"]["kernel_splits"] - before >= 8
     for g, e in zip(got, want):
         # float32 sums of up to 4608 products, added in another order than CPU's kernels (the
         # same happens unsplit, TORCH_TPU_HOST_KERNEL_THREADS=1): errors scale with the largest
