@@ -81,7 +81,7 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_HOST_HELP_SPIN_US", "2000",
        "A thread blocked waiting for a stream of the host runtime (at `.item()`, a host read or a "
        "synchronize) spins instead of sleeping and runs work the stream's worker offers: "
-       "independent steps of a program and parts of mid-sized fused clusters. It goes back to "
+       "independent steps of a program and parts of split kernels. It goes back to "
        "sleeping after this many microseconds with nothing offered. `0` turns helping off; read at "
        "the first wait."},
       {"TORCH_TPU_COMPILE_MAX_SHAPES", "8",

@@ -17,15 +17,15 @@
 //        it, so writes into output memory keep their program order relative to earlier reads
 //        and writes (fused graphs compose many ops whose stores overwrite earlier loads);
 //      - when it is full (kMaxClusterNodes members), and at the end of the graph.
-//  * kernel steps that read no parameter (constants, iotas, a causal mask built from them) are
-//    folded: computed once at compile time and bound at each run like parameters (results
-//    up to kMaxFoldedBytes; a larger one stays a step rather than hold memory for good);
 //    A closed cluster of one node is an ordinary kernel step. Members store only values read
 //    by a later step or requested as outputs. Consequence for callers: a tensor input is read
 //    whenever its reading step runs, which may be after an output that precedes it in node
 //    order; an input that an earlier-placed output overwrites while a later node still reads
 //    it must be bound with `snapshot` (copied at bind time). Fusion is off with
 //    TORCH_TPU_HOST_FUSION=0 (HostOptions::fuse).
+//  * kernel steps that read no parameter (constants, iotas, a causal mask built from them) are
+//    folded: computed once at compile time and bound at each run like parameters (results
+//    up to kMaxFoldedBytes; a larger one stays a step rather than hold memory for good).
 // run() wraps tensor bindings with at::from_blob (no copies; `snapshot` bindings are cloned),
 // then evaluates the steps in order. An output whose destination has the node's dtype and
 // shape and overlaps neither an input binding the program reads (an op's unread `out=`
@@ -119,7 +119,7 @@ class HostExecutable final : public Executable {
   std::vector<int32_t> read_begin_, reads_;      // the values step i reads from other steps or parameters
   std::vector<int32_t> orphan_begin_, orphans_;  // values step i defines that no other step reads
   std::vector<int32_t> value_readers_;           // per node: how many steps read its value
-  std::vector<int32_t> step_of_node_;            // per node: the step computing it (-1: a parameter)
+  std::vector<int32_t> step_of_node_;            // per node: the step computing it (-1: a parameter or folded)
   std::vector<uint8_t> helper_may_run_;          // per step: small enough for the waiting thread
 };
 
