@@ -40,11 +40,11 @@ def main() -> None:
     args = ap.parse_args()
     device = "cpu" if args.mode == "native" else "tpu"
     if args.mode == "compiled":
-        from compile import _setup
+        from compile import setup_variant
 
         if args.workload not in ("gpt", "resnet"):
             raise SystemExit("compiled mode runs the gpt and resnet training steps only")
-        step, _ = _setup("compiled", args.workload, train=True)
+        step, _ = setup_variant("compiled", args.workload, train=True)
     else:
         if args.mode != "native":
             torch_tpu.set_mode(args.mode)

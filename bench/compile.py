@@ -71,7 +71,7 @@ def _loss(model: str, fwd: Callable, x: torch.Tensor, y: torch.Tensor) -> torch.
     return fwd(x, y)[1] if model == "gpt" else F.cross_entropy(fwd(x), y)
 
 
-def _setup(variant: str, model: str, train: bool) -> tuple[Callable[[], object], Callable[[], None]]:
+def setup_variant(variant: str, model: str, train: bool) -> tuple[Callable[[], object], Callable[[], None]]:
     """(one step, wait for the device) for a variant; the step runs on a rotating batch."""
     device = "cpu" if variant in ("cpu", "inductor") else "tpu"
     m = (_gpt() if model == "gpt" else _resnet()).to(device)
@@ -124,7 +124,7 @@ def throughput(model: str, train: bool, variants: list[str], steps: int,
     """Median steps/s and median CPU ms/step per variant."""
     prepared = {}
     for v in variants:
-        step, wait = _setup(v, model, train)
+        step, wait = setup_variant(v, model, train)
         for _ in range(3):  # compile and warm up
             step()
         wait()
