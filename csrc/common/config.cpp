@@ -58,6 +58,11 @@ const std::vector<EnvVar>& registry() {
        "Fused mode flushes a pending graph when it reaches this many recorded ops. Bounds graph "
        "growth in loops that never read a value on the host, and lets the device run one part of "
        "a step while Python records the next (larger graphs fuse more but overlap less)."},
+      {"TORCH_TPU_FUSED_FIRST_OPS", "8",
+       "Fused mode's slow start: after the host waited for the device (a host read, a "
+       "synchronize), the first pending graph that holds a matrix product or convolution is "
+       "flushed at this many ops, the next at twice as many, up to TORCH_TPU_FUSED_MAX_OPS, so "
+       "the device starts on a step while Python records the rest. `0` turns it off."},
       {"TORCH_TPU_DEBUG_FUSION", "0",
        "`1` prints every fused graph when it is compiled (ops, clusters) and a line per flush "
        "(cause, ops, stores skipped) to stderr. Python: torch_tpu.set_debug_fusion()."},

@@ -45,6 +45,9 @@ struct Program {
   // Small enough that handing it to a stream worker costs more than running it: strict mode
   // runs such a program on the calling thread when its stream is idle (same order, same result).
   bool run_inline_when_idle = false;
+  // Whether the program holds a contraction (dot_general, convolution): fused mode's slow start
+  // cuts only graphs that hold one (exec/fused.cpp).
+  bool contracts = false;
   bool baked_scalars = false;
   // Per binding index: whether a parameter reads it (out= targets are written, not read).
   std::vector<uint8_t> reads_binding;

@@ -3,7 +3,7 @@
 // Design: a Program minus its runtime executable is fully described by its IR graph and the
 // plan that maps results back onto PyTorch (outputs, new tensors, returns, rng counters, the
 // baked-scalars flag); finish_program() rebuilds the executable from that cheaply.
-// run_inline_when_idle is recomputed by finish_program and is not stored.
+// run_inline_when_idle and contracts are recomputed by finish_program and are not stored.
 //
 // Format (host byte order, which the disk cache's directory version pins implicitly: entries
 // are private to one user on one machine): a 4-byte tag "TPP1", then the graph (node count;

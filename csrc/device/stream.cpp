@@ -204,6 +204,8 @@ const char* flush_cause_name(FlushCause cause) {
     case FlushCause::kExit: return "exit";
     case FlushCause::kViewRead: return "view_read";
     case FlushCause::kResize: return "resize";
+    case FlushCause::kSlowStart:
+      return "slow_start";
     case FlushCause::kCount: break;
   }
   return "?";

@@ -76,6 +76,7 @@ enum class FlushCause : uint8_t {
   kExit,           // interpreter exit
   kViewRead,       // a read of pending memory through a view the graph cannot express
   kResize,         // a tensor with pending writes is resized or re-pointed
+  kSlowStart,      // fused mode's first graphs after the host waited are cut small
   kCount
 };
 const char* flush_cause_name(FlushCause cause);

@@ -49,7 +49,9 @@ void finish_program(compiler::Program& program, const std::vector<int32_t>& outp
   for (int32_t i = 0; i < program.graph.size(); ++i) {
     const ir::Node& n = program.graph.node(i);
     int64_t elems = n.numel();
-    if (n.kind == ir::OpKind::kDotGeneral || n.kind == ir::OpKind::kConvolution) elems *= 64;
+    const bool contraction = n.kind == ir::OpKind::kDotGeneral || n.kind == ir::OpKind::kConvolution;
+    if (contraction) elems *= 64;
+    program.contracts = program.contracts || contraction;
     work += elems;
     // Memory-bound: one pass over the operands (no contraction, reduction or indexing).
     elementwise = elementwise &&

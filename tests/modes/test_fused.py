@@ -286,6 +286,41 @@ def test_graph_size_is_bounded():
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
 
 
+def test_slow_start_cuts_the_first_graphs_after_a_wait_that_hold_a_contraction():
+    # After the host waits, the device is idle: graphs holding a matrix product are flushed at
+    # 8, then 16 ops, then the cap (32). Elementwise-only graphs stay whole.
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        torch_tpu.set_mode("fused")
+        w = torch.randn(8, 8) / 3
+        x = torch.randn(8, 8)
+        xd, wd = x.to("tpu"), w.to("tpu")
+        xd.sum().item()  # the host waits: the next graphs start slow
+        torch_tpu.reset_metrics()
+        y, want = xd, x
+        for _ in range(61):  # 122 ops: matmul, then scale
+            y = (y @ wd) * 0.5
+            want = (want @ w) * 0.5
+        got = y.cpu()  # flushes the rest (host_read)
+        m = torch_tpu.metrics()["fused"]
+        assert m["flushes_by_cause"] == {"slow_start": 2, "size_cap": 3, "host_read": 1}, m
+        torch.testing.assert_close(got, want)
+        torch_tpu.reset_metrics()
+        z = xd
+        for _ in range(40):  # no contraction: one graph up to the cap
+            z = z * 0.5 + 1
+        z.cpu()
+        m = torch_tpu.metrics()["fused"]
+        assert m["flushes_by_cause"] == {"size_cap": 2, "host_read": 1}, m
+    """)
+    env = dict(os.environ, TORCH_TPU_FUSED_MAX_OPS="32", TORCH_TPU_FUSED_FIRST_OPS="8")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    # Off: the cap alone.
+    off = code.replace('{"slow_start": 2, "size_cap": 3, "host_read": 1}', '{"size_cap": 3, "host_read": 1}')
+    env["TORCH_TPU_FUSED_FIRST_OPS"] = "0"
+    subprocess.run([sys.executable, "-c", off], env=env, check=True, timeout=120)
+
+
 def test_queued_graphs_are_bounded_so_dead_tensors_free_their_memory():
     # 100 graphs of slow matmuls recorded without a host read. Each graph's results (2 MiB) are
     # dead once the next graph replaces them, but their memory returns only when their graph
