@@ -21,15 +21,17 @@
 namespace torch_tpu::runtime {
 namespace {
 
+using host::HostExecutable;
+using host::HostOptions;
+using host::kSumBlock;
+using host::row_sums;
+using ir::DType;
+using ir::Node;
+using ir::OpKind;
 using torch_tpu::testing::compile_host;
 using torch_tpu::testing::fresh_targets;
 using torch_tpu::testing::Program;
 using torch_tpu::testing::tensor_binding;
-using host::HostExecutable;
-using host::HostOptions;
-using ir::DType;
-using ir::Node;
-using ir::OpKind;
 
 HostExecutable compile(const Program& p, const std::vector<int32_t>& outputs, bool fuse) {
   return compile_host(p, outputs, fuse);
@@ -461,6 +463,48 @@ TEST(HostFusion, RowSumsHaveOneOrderFusedOrNot) {
   worker.join();
   ASSERT_EQ(one.size(), 1u);
   EXPECT_TRUE(at::equal(one[0], many[0]));
+}
+
+// A sum over every dim longer than a row ends the plain cluster of its operand (fusion.h): one
+// kernel, the operand never stored, and total_sum's order (blocks of kSumBlock in
+// row_sum_one's order, then the blocks' sums), which the reduce kernel uses too: the same
+// bits fused or not, on any thread.
+TEST(HostFusion, TotalSumsEndTheirClusterInOneOrder) {
+  const std::vector<int64_t> full{37, 3001};  // 111037 elements: 108 blocks, the last partial
+  Program p;
+  int32_t x = p.param(0, DType::kF32, full);
+  int32_t w = p.param(1, DType::kF32, {3001});
+  int32_t bw = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {w}, {1});
+  int32_t a = p.add(OpKind::kMul, DType::kF32, full, {x, bw});
+  int32_t b = p.add(OpKind::kAdd, DType::kF32, full, {a, x});
+  int32_t s = p.add(OpKind::kReduce, DType::kF32, {}, {b}, {0, 0, 1});
+  int32_t y = p.add(OpKind::kMul, DType::kF32, {}, {s, p.splat(DType::kF32, 0.5, {})});
+  at::Tensor xv = at::randn(full), wv = at::randn({3001});
+  // Two clusters: the operand's with its sum, then y's (the 0.5 broadcast and the mul).
+  auto got = check(p, {y, s}, {tensor_binding(xv), tensor_binding(wv)}, 2, /*exact=*/true);
+  HostExecutable fused = compile(p, {y, s}, true);
+  EXPECT_EQ(fused.stats().steps, 2) << fused.describe();
+  // The order, spelled out: the sums of the blocks of the flat operand, then their sum.
+  at::Tensor pre = (xv * wv + xv).flatten();  // ATen's mul and add: bit-exact like the cluster's
+  const int64_t n = pre.numel(), blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<float> sums(static_cast<size_t>(blocks));
+  for (int64_t k = 0; k < blocks; ++k) {
+    row_sums(pre.const_data_ptr<float>() + k * kSumBlock, 1, std::min(kSumBlock, n - k * kSumBlock), &sums[k]);
+  }
+  float want = 0;
+  row_sums(sums.data(), 1, blocks, &want);
+  EXPECT_EQ(got[1].item<float>(), want);
+  EXPECT_TRUE(at::allclose(got[1], pre.to(at::kDouble).sum().to(at::kFloat), 1e-5, 1e-3));
+  // On a thread with one OpenMP thread (a stream worker: the kernel threads split the blocks).
+  std::vector<at::Tensor> one;
+  std::thread worker([&] {
+    auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    if (set_threads != nullptr) set_threads(1);
+    one = check(p, {y, s}, {tensor_binding(xv), tensor_binding(wv)}, 2, /*exact=*/true);
+  });
+  worker.join();
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_TRUE(at::equal(one[1], got[1]));
 }
 
 // A loss's mean to 0-d: a row cluster of one row (lead rank 0).

@@ -209,6 +209,33 @@ def test_row_sums_fuse_and_match_strict_bit_for_bit():
     assert fused()["kernels_launched"] == 1
 
 
+@pytest.mark.parametrize("shape", [(32, 3, 64, 64), (100_003,), (8193,), (3, 5000)])
+def test_total_sums_fuse_and_match_strict_bit_for_bit(shape):
+    """A sum over every dim longer than a row ends the cluster that computes its operand: the
+    operand is never stored, and the sum adds in total_sum's order (fusion.h), which strict
+    mode's single-op sum kernel uses too, so the bits are strict mode's, across tiles, blocks
+    and threads. Against a float64 sum: float32 rounding of the summation."""
+    x = torch.randn(*shape)
+
+    def compute() -> list[torch.Tensor]:
+        t = x.to("tpu")
+        return [(t * 3 - 1).sum().cpu(), t.sum().cpu(), t.t().sum().cpu() if t.dim() == 2 else t.abs().sum().cpu()]
+
+    got = compute()
+    with torch_tpu.mode("strict"):
+        ref = compute()
+    exact = [(x * 3 - 1).double().sum(), x.double().sum(), x.double().sum() if x.dim() == 2 else x.double().abs().sum()]
+    for k, (g, r, e) in enumerate(zip(got, ref, exact)):
+        assert torch.equal(g, r), f"case {k}: fused {g.item()} strict {r.item()}"
+        torch.testing.assert_close(g.double(), e, rtol=1e-5, atol=1e-3)
+    # The prologue and the sum are one kernel (not a cluster storing the product, then a sum).
+    t = x.to("tpu")
+    torch_tpu.sync()
+    torch_tpu.reset_metrics()
+    (t * 3 - 1).sum().cpu()
+    assert fused()["kernels_launched"] == 1
+
+
 @pytest.mark.parametrize("shape", [(300_001,), (1,), ()])
 def test_scalar_operands_are_computed_once_and_exact(shape: tuple[int, ...]):
     """Instructions that read only scalars (Python numbers, one-element tensors) run once per

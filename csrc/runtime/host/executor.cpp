@@ -187,6 +187,16 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
       }
       continue;
     }
+    if (options.fuse && is_total_sum(graph, i)) {
+      // A sum over everything of a plain cluster's member ends that cluster (fusion.h).
+      const int32_t c = cluster_of[node.operands[0]];
+      if (c >= 0 && open[c] && clusters[c]->add_total_sum(graph, i, [&](int32_t v) { return cluster_of[v] == c; })) {
+        cluster_of[i] = c;
+        if (is_output_[i]) close_all(c);
+        close(c);
+        continue;
+      }
+    }
     if (options.fuse && join_row_cluster(i)) continue;
     if (options.fuse && row_reduce_lead_rank(graph, i) >= 0) {
       // A row reduce of a value no open cluster holds starts a row cluster of its own.

@@ -282,18 +282,25 @@ bool avx512_lanes() {
 typedef float RowVec __attribute__((vector_size(32)));
 typedef int32_t RowMask __attribute__((vector_size(32)));
 
-TPU_AVX2_CLONES float row_sum_one(const float* __restrict x, int64_t m) {
-  RowVec a0 = {}, a1 = {}, a2 = {}, a3 = {}, v0, v1, v2, v3;
+// row_sum_one's lanes as state, so a sum can be fed in pieces (a total sum's tiles, below):
+// pieces whose lengths are multiples of 32, then one of any length, add in the same order as
+// one call over the whole.
+struct LaneSums {
+  RowVec a0 = {}, a1 = {}, a2 = {}, a3 = {};
+};
+
+[[gnu::always_inline]] inline void lane_sums_add(LaneSums& s, const float* __restrict x, int64_t m) {
+  RowVec v0, v1, v2, v3;
   int64_t i = 0;
   for (; i + 32 <= m; i += 32) {
     std::memcpy(&v0, x + i, sizeof(RowVec));
     std::memcpy(&v1, x + i + 8, sizeof(RowVec));
     std::memcpy(&v2, x + i + 16, sizeof(RowVec));
     std::memcpy(&v3, x + i + 24, sizeof(RowVec));
-    a0 += v0;
-    a1 += v1;
-    a2 += v2;
-    a3 += v3;
+    s.a0 += v0;
+    s.a1 += v1;
+    s.a2 += v2;
+    s.a3 += v3;
   }
   if (i < m) {
     float tail[32] = {};
@@ -302,14 +309,16 @@ TPU_AVX2_CLONES float row_sum_one(const float* __restrict x, int64_t m) {
     std::memcpy(&v1, tail + 8, sizeof(RowVec));
     std::memcpy(&v2, tail + 16, sizeof(RowVec));
     std::memcpy(&v3, tail + 24, sizeof(RowVec));
-    a0 += v0;
-    a1 += v1;
-    a2 += v2;
-    a3 += v3;
+    s.a0 += v0;
+    s.a1 += v1;
+    s.a2 += v2;
+    s.a3 += v3;
   }
-  a0 += a2;  // lanes 0-15 += lanes 16-31
-  a1 += a3;
-  a0 += a1;  // lanes 0-7 += lanes 8-15
+}
+
+[[gnu::always_inline]] inline float lane_sums_finish(const LaneSums& s) {
+  RowVec a0 = s.a0 + s.a2, a1 = s.a1 + s.a3;  // lanes 0-15 += lanes 16-31
+  a0 += a1;                                   // lanes 0-7 += lanes 8-15
   float l[8];
   std::memcpy(l, &a0, sizeof l);
   for (int j = 0; j < 4; ++j) l[j] += l[j + 4];
@@ -317,6 +326,15 @@ TPU_AVX2_CLONES float row_sum_one(const float* __restrict x, int64_t m) {
   l[1] += l[3];
   return l[0] + l[1];
 }
+
+TPU_AVX2_CLONES float row_sum_one(const float* __restrict x, int64_t m) {
+  LaneSums s;
+  lane_sums_add(s, x, m);
+  return lane_sums_finish(s);
+}
+
+// One tile of a total sum's block (a multiple of 32 elements, or the tensor's last tile).
+TPU_AVX2_CLONES void lane_sums_add_tile(LaneSums& s, const float* __restrict x, int64_t m) { lane_sums_add(s, x, m); }
 
 // A reduction over each row of m elements of a (n is a multiple of m): d[r] gets row r's
 // result (per-row values are held compactly, fusion.h). Sums add in row_sum_one's order (the
@@ -798,6 +816,34 @@ void row_sums(const float* x, int64_t rows, int64_t m, float* out) {
   for (int64_t r = 0; r < rows; ++r) out[r] = row_sum_one(x + r * m, m);
 }
 
+float total_sum(const float* x, int64_t n) {
+  if (n <= kMaxRow) return row_sum_one(x, n);
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<float> sums(static_cast<size_t>(blocks));
+  auto sum_blocks = [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) sums[b] = row_sum_one(x + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
+  };
+  // On a stream worker (one OpenMP thread) the kernel threads split it, as elementwise kernels.
+  if (const int parts = split_parts(n, blocks); parts > 1) {
+    run_split_rows(parts, blocks, sum_blocks);
+  } else {
+    at::parallel_for(0, blocks, std::max<int64_t>(1, at::internal::GRAIN_SIZE / kSumBlock), sum_blocks);
+  }
+  return total_sum(sums.data(), blocks);
+}
+
+bool is_total_sum(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  if (n.kind != OpKind::kReduce || n.operands.size() != 1 || n.dtype != DType::kF32) return false;
+  const ir::Node& x = g.node(n.operands[0]);
+  if (x.dtype != DType::kF32 || static_cast<ir::ReduceKind>(n.iattrs.at(0)) != ir::ReduceKind::kSum) return false;
+  if (n.iattrs.size() != x.shape.size() + 1) return false;
+  for (size_t k = 0; k < x.shape.size(); ++k) {
+    if (n.iattrs[1 + k] != static_cast<int64_t>(k)) return false;
+  }
+  return c10::multiply_integers(x.shape) > kMaxRow;
+}
+
 bool is_fusible(const ir::Graph& g, int32_t id) {
   const ir::Node& n = g.node(id);
   if (!exact(n.dtype)) return false;
@@ -944,6 +990,11 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       slot_of[m] = s;
       continue;
     }
+    if (m == total_sum_) {  // summed per tile in run(), after the last instruction
+      total_slot_ = slot_of.at(n.operands.at(0));
+      slot_of[m] = total_slot_;
+      continue;
+    }
     Op op = node_op(n, g);
     if (n.kind == OpKind::kReduce) {
       auto kind = static_cast<ir::ReduceKind>(n.iattrs.at(0));
@@ -997,6 +1048,9 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     row_ = c10::multiply_integers(shape_.begin() + lead_rank_, shape_.end());
     const int64_t rows = numel_ / row_;
     tile_ = row_ * std::clamp<int64_t>(std::min(kMaxTile, fit) / row_, 1, std::max<int64_t>(rows, 1));
+  } else if (total_sum_ >= 0) {  // tiles divide the sum's blocks (numel_ > kMaxRow > kMaxTile)
+    tile_ = 32;
+    while (tile_ * 2 <= std::min(kMaxTile, fit)) tile_ *= 2;
   } else {
     tile_ = std::clamp<int64_t>((numel_ + 7) / 8 * 8, 8, std::min(kMaxTile, fit));
   }
@@ -1007,9 +1061,11 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     store_nodes_.push_back(members_[k]);
     stores_.push_back({members_[k], slot_of[members_[k]], to_aten(n.dtype), n.shape, reduced_shape(n.shape)});
     const int16_t slot = stores_.back().slot;
-    stores_.back().per_tile = std::any_of(program_.begin(), program_.end(), [&](const Instr& in) {
-      return in.dst == slot && !in.invariant && !in.rows && !in.expand;
-    });
+    stores_.back().total = members_[k] == total_sum_;
+    stores_.back().per_tile =
+        !stores_.back().total && std::any_of(program_.begin(), program_.end(), [&](const Instr& in) {
+          return in.dst == slot && !in.invariant && !in.rows && !in.expand;
+        });
     // run() computes nothing for an empty cluster: a stored value with elements would be left
     // unwritten (the executor never folds 0-d values into an empty cluster, see executor.cpp).
     TPU_CHECK(numel_ > 0 || c10::multiply_integers(n.shape) == 0, "host fusion: member %", members_[k], " of shape ",
@@ -1087,7 +1143,11 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   }
 
   const bool use_sleef = sleef().unary[kExp] != nullptr;
+  // A total sum: one sum per block of kSumBlock elements, each block's tiles on one thread.
+  const int64_t tiles_per_block = total_sum_ >= 0 ? kSumBlock / tile : 1;
+  std::vector<float> block_sums(total_sum_ >= 0 ? static_cast<size_t>((numel_ + kSumBlock - 1) / kSumBlock) : 0);
   auto run_tiles = [&](int64_t t0, int64_t t1) {
+    LaneSums lanes;
     // Per-thread scratch, reused across runs: a fresh vector per run cost a malloc (often
     // above glibc's fastbin sizes, so it consolidated the heap) plus a zero fill.
     thread_local std::vector<float> scratch;
@@ -1153,8 +1213,15 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
           exec_instr(in, slot, n, n8, use_sleef);
         }
       }
+      if (total_slot_ >= 0) {
+        lane_sums_add_tile(lanes, slot(total_slot_), n);
+        if ((start + n) % kSumBlock == 0 || start + n == numel_) {
+          block_sums[static_cast<size_t>(start / kSumBlock)] = lane_sums_finish(lanes);
+          lanes = LaneSums();
+        }
+      }
       for (size_t j = 0; j < stores_.size(); ++j) {
-        if (store_in_place[j] && whole) continue;  // already there
+        if ((store_in_place[j] && whole) || stores_[j].total) continue;  // already there, or after the tiles
         if (!stores_[j].reduced) {
           store(out_acc[j], start, n, slot(stores_[j].slot));
           continue;
@@ -1172,11 +1239,21 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   // A stream worker runs ATen with one thread, so at::parallel_for is serial there: a cluster
   // with enough work (elements x instructions, compared like an elementwise kernel's elements)
   // splits its tiles across the kernel threads instead (kernel_threads.h).
-  const int parts = split_parts(split_work(), num_tiles);
+  // A total sum's blocks never straddle two threads: its tiles are handed out in whole blocks.
+  const int64_t units = (num_tiles + tiles_per_block - 1) / tiles_per_block;
+  auto run_units = [&](int64_t u0, int64_t u1) {
+    run_tiles(u0 * tiles_per_block, std::min(num_tiles, u1 * tiles_per_block));
+  };
+  const int parts = split_parts(split_work(), units);
   if (parts > 1) {
-    run_split_rows(parts, num_tiles, run_tiles);
+    run_split_rows(parts, units, run_units);
   } else {
-    at::parallel_for(0, num_tiles, std::max<int64_t>(1, at::internal::GRAIN_SIZE / tile), run_tiles);
+    at::parallel_for(0, units, std::max<int64_t>(1, at::internal::GRAIN_SIZE / (tile * tiles_per_block)), run_units);
+  }
+  for (size_t j = 0; j < stores_.size(); ++j) {
+    if (!stores_[j].total) continue;
+    const float sum = total_sum(block_sums.data(), static_cast<int64_t>(block_sums.size()));
+    store(out_acc[j], 0, 1, &sum);
   }
 }
 

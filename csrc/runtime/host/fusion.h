@@ -45,6 +45,12 @@
 //    a sum's bits never depend on cluster boundaries; that order differs from ATen's
 //    (vectorized cascade) sum: results agree with it within float32 rounding of the summation,
 //    not bit for bit. Max and min are exact.
+//  * Total sums: an f32 sum over every dim of a plain cluster's member, longer than a row
+//    (kMaxRow), ends the cluster: each tile adds its values into the sum of its block of
+//    kSumBlock elements (tiles are powers of two that divide a block), so the member is never
+//    stored and the sum does not read it back from memory. total_sum() defines the order
+//    (blocks in row_sum_one's order, then the blocks' sums the same way); the reduce kernel
+//    uses it too, so fused and strict modes agree bit for bit.
 // Which nodes form a cluster, and where it runs, is the executor's business (executor.h);
 // a Cluster only knows its members and what to store (and, through add_row_member(), which
 // nodes may join it as row members).
@@ -68,6 +74,8 @@ inline constexpr int64_t kMaxTile = 1024;
 inline constexpr size_t kMaxClusterNodes = 64;
 // Longest row a reduction in a row cluster may reduce (elements): a tile holds whole rows.
 inline constexpr int64_t kMaxRow = 8192;
+// Elements per block of a total sum (total_sum): a tile of a cluster ending in one divides it.
+inline constexpr int64_t kSumBlock = 1024;
 
 // Whether node `id` may be a cluster member: an elementwise op (unary, binary, compare, select,
 // convert) or broadcast_in_dim whose dtypes the tile engine computes exactly (see above), with
@@ -84,6 +92,14 @@ int row_reduce_lead_rank(const ir::Graph& g, int32_t id);
 // its m values (not on tiles, threads or which program computes it), so strict mode (one op
 // per program) and fused mode (clusters cut wherever the graph says) give the same bits.
 void row_sums(const float* x, int64_t rows, int64_t m, float* out);
+
+// The sum of x[0], ..., x[n - 1] in the order every f32 sum over all dims longer than a row
+// uses (a cluster's total sum and the reduce kernel's): up to kMaxRow elements as one row
+// (row_sum_one), else the sums of blocks of kSumBlock elements, each in row_sum_one's order,
+// summed the same way. Blocks may run on any threads: the result does not depend on them.
+float total_sum(const float* x, int64_t n);
+// Whether node `id` is an f32 sum over every dim of an f32 value longer than kMaxRow.
+bool is_total_sum(const ir::Graph& g, int32_t id);
 
 class Cluster {
  public:
@@ -122,6 +138,19 @@ class Cluster {
     const int r = row_reduce_lead_rank(g, id);
     if (r < 0 || !members_.empty() || g.node(g.node(id).operands[0]).shape != shape_) return false;
     lead_rank_ = r;
+    members_.push_back(id);
+    return true;
+  }
+  // Appends `id` (is_total_sum) if it sums a member of this plain cluster: it must be the last
+  // member (the caller closes the cluster). `member(v)`: whether node v is a member.
+  template <typename Pred>
+  bool add_total_sum(const ir::Graph& g, int32_t id, Pred member) {
+    const int32_t x = g.node(id).operands.at(0);
+    if (lead_rank_ >= 0 || total_sum_ >= 0 || members_.size() >= kMaxClusterNodes || g.node(x).shape != shape_ ||
+        !member(x)) {
+      return false;
+    }
+    total_sum_ = id;
     members_.push_back(id);
     return true;
   }
@@ -196,6 +225,7 @@ class Cluster {
     // Computed by a tile instruction (not loaded, not invariant): a contiguous float32
     // destination can then be that instruction's buffer (see run()).
     bool per_tile = false;
+    bool total = false;  // the total sum: written once, after every tile
   };
 
  private:
@@ -217,6 +247,8 @@ class Cluster {
   int64_t row_ = 1;          // elements per row (row clusters; tiles hold whole rows)
   int64_t slot_stride_ = 0;  // floats between tile buffers (tile_ rounded up to 8)
   int lead_rank_ = -1;
+  int32_t total_sum_ = -1;   // the total sum member (add_total_sum), or -1
+  int16_t total_slot_ = -1;  // the slot of the value it sums
   int16_t num_slots_ = 0;
   std::vector<Input> inputs_;
   std::vector<std::pair<int16_t, float>> splats_;  // slot, value: constants

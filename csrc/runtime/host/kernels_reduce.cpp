@@ -1,7 +1,8 @@
 // Reductions (reduce, reduce_window, scan) and sort, mapped onto ATen's CPU reductions with the
 // exact calls builder.py's reference makes (sum with dtype=input dtype, prod dim by dim, ...),
-// except float32 sums over trailing dims that a row cluster could hold: those add in the row
-// clusters' order (fusion.h, row_sums), so a sum gives the same bits fused or not.
+// except float32 sums over trailing dims that a row cluster could hold, and over every dim:
+// those add in the clusters' order (fusion.h, row_sums and total_sum), so a sum gives the same
+// bits fused or not.
 #include <ATen/Parallel.h>
 
 #include <limits>
@@ -64,6 +65,19 @@ Kernel row_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
   };
 }
 
+// A float32 sum over every dim of more than kMaxRow elements (is_total_sum) outside a cluster:
+// total_sum's order, which a cluster ending in this sum uses too.
+Kernel total_sum_kernel(const ir::Node& xn, int32_t x) {
+  const std::vector<int64_t> in_shape = xn.shape;
+  return [x, in_shape](const Values& v, at::Tensor* out) {
+    at::Tensor t = v[x];
+    if (!t.sizes().equals(in_shape)) t = t.expand(in_shape);
+    t = t.contiguous();
+    at::Tensor r = at::scalar_tensor(total_sum(t.const_data_ptr<float>(), t.numel()), at::kFloat);
+    return out != nullptr ? out->copy_(r) : r;
+  };
+}
+
 Kernel reduce_kernel(const ir::Graph& g, int32_t id, const ir::Node& n, const ir::Node& xn, int32_t x) {
   auto kind = static_cast<ir::ReduceKind>(n.iattrs.at(0));
   std::vector<int64_t> dims(n.iattrs.begin() + 1, n.iattrs.end());
@@ -90,6 +104,7 @@ Kernel reduce_kernel(const ir::Graph& g, int32_t id, const ir::Node& n, const ir
     return [fill](const Values&, at::Tensor*) { return fill; };
   }
   if (kind == ir::ReduceKind::kSum && row_reduce_lead_rank(g, id) >= 0) return row_sum_kernel(n, xn, x);
+  if (is_total_sum(g, id)) return total_sum_kernel(xn, x);
   switch (kind) {
     case ir::ReduceKind::kSum:  // ATen accumulates f16/bf16 in f32 and rounds once
       return [x, dims, dtype](const Values& v, at::Tensor* out) {
