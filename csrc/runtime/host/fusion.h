@@ -76,6 +76,7 @@ inline constexpr size_t kMaxClusterNodes = 64;
 inline constexpr int64_t kMaxRow = 8192;
 // Elements per block of a total sum (total_sum): a tile of a cluster ending in one divides it.
 inline constexpr int64_t kSumBlock = 1024;
+static_assert(kSumBlock % kMaxTile == 0, "a total sum's tiles (powers of two up to kMaxTile) divide its blocks");
 
 // Whether node `id` may be a cluster member: an elementwise op (unary, binary, compare, select,
 // convert) or broadcast_in_dim whose dtypes the tile engine computes exactly (see above), with
