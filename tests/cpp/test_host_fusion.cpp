@@ -415,19 +415,28 @@ TEST(HostFusion, PerRowValuesFromBroadcastsAndStridedInputs) {
   EXPECT_TRUE(at::allclose(got[0], xv - want_q.unsqueeze(-1), 1e-5, 1e-5));
 }
 
+// The sum-order tests' program: s = the sum of x * w + x (parameters 0 and 1; w along the last
+// dim) over the dims in `reduce` (the reduce node's attributes: kind, dims) to `reduced`, and
+// y = s * 0.5. Returns {y, s}.
+std::pair<int32_t, int32_t> halved_weighted_sum(Program& p, const std::vector<int64_t>& full,
+                                                const std::vector<int64_t>& reduced, std::vector<int64_t> reduce) {
+  int32_t x = p.param(0, DType::kF32, full);
+  int32_t w = p.param(1, DType::kF32, {full.back()});
+  int32_t bw = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {w}, {static_cast<int64_t>(full.size()) - 1});
+  int32_t a = p.add(OpKind::kMul, DType::kF32, full, {x, bw});
+  int32_t b = p.add(OpKind::kAdd, DType::kF32, full, {a, x});
+  int32_t s = p.add(OpKind::kReduce, DType::kF32, reduced, {b}, std::move(reduce));
+  int32_t y = p.add(OpKind::kMul, DType::kF32, reduced, {s, p.splat(DType::kF32, 0.5, reduced)});
+  return {y, s};
+}
+
 // Sums in row clusters add in row_sums' order (fusion.h), and so does the reduce kernel of a
 // sum that runs outside a cluster (strict mode's one-op programs, fusion off, an operand no
 // cluster holds): the same bits either way, whatever the operand's strides and the threads.
 TEST(HostFusion, RowSumsHaveOneOrderFusedOrNot) {
   const std::vector<int64_t> full{300, 173}, lead{300};
   Program p;
-  int32_t x = p.param(0, DType::kF32, full);
-  int32_t w = p.param(1, DType::kF32, {173});
-  int32_t bw = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {w}, {1});
-  int32_t a = p.add(OpKind::kMul, DType::kF32, full, {x, bw});
-  int32_t b = p.add(OpKind::kAdd, DType::kF32, full, {a, x});
-  int32_t s = p.add(OpKind::kReduce, DType::kF32, lead, {b}, {0, 1});
-  int32_t y = p.add(OpKind::kMul, DType::kF32, lead, {s, p.splat(DType::kF32, 0.5, lead)});
+  auto [y, s] = halved_weighted_sum(p, full, lead, {0, 1});
   at::Tensor xv = at::randn(full), wv = at::randn({173});
   // [broadcast, mul, add, sum, mul] in one row cluster vs kernels: bit for bit.
   auto got = check(p, {y, s}, {tensor_binding(xv), tensor_binding(wv)}, 1, /*exact=*/true);
@@ -472,13 +481,7 @@ TEST(HostFusion, RowSumsHaveOneOrderFusedOrNot) {
 TEST(HostFusion, TotalSumsEndTheirClusterInOneOrder) {
   const std::vector<int64_t> full{37, 3001};  // 111037 elements: 108 blocks, the last partial
   Program p;
-  int32_t x = p.param(0, DType::kF32, full);
-  int32_t w = p.param(1, DType::kF32, {3001});
-  int32_t bw = p.add(OpKind::kBroadcastInDim, DType::kF32, full, {w}, {1});
-  int32_t a = p.add(OpKind::kMul, DType::kF32, full, {x, bw});
-  int32_t b = p.add(OpKind::kAdd, DType::kF32, full, {a, x});
-  int32_t s = p.add(OpKind::kReduce, DType::kF32, {}, {b}, {0, 0, 1});
-  int32_t y = p.add(OpKind::kMul, DType::kF32, {}, {s, p.splat(DType::kF32, 0.5, {})});
+  auto [y, s] = halved_weighted_sum(p, full, {}, {0, 0, 1});
   at::Tensor xv = at::randn(full), wv = at::randn({3001});
   // Two clusters: the operand's with its sum, then y's (the 0.5 broadcast and the mul).
   auto got = check(p, {y, s}, {tensor_binding(xv), tensor_binding(wv)}, 2, /*exact=*/true);
