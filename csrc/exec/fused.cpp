@@ -41,6 +41,7 @@ struct Slot {
   StorageStrong keep;
   c10::StorageImpl* storage = nullptr;  // loads only
   int32_t op = -1;
+  int32_t memory_class = 0;  // equal for slots and stores of one storage (runtime::MemoryClasses)
 };
 
 // One output of a recorded op: the value of `node` written into `dest` (memory of `storage`).
@@ -53,6 +54,7 @@ struct Store {
   int64_t bytes = 0;
   bool overwritten = false;  // a later store of this graph writes exactly the same memory
   bool keep_aside = false;   // a later store writes part of this memory while the value is still read
+  int32_t memory_class = 0;  // see Slot
 };
 
 struct PendingOp {
@@ -89,6 +91,7 @@ struct Merge {
 struct StorageState {
   int32_t last_store = -1;
   int32_t last_load_slot = -1;
+  int32_t memory_class = -1;  // numbered in order of first appearance in the graph
   StorageValue value;
 };
 
@@ -104,6 +107,7 @@ struct Pending {
   std::vector<int64_t> key;
   uint64_t hash = 0xcbf29ce484222325ull;
   bool contracts = false;  // some recorded op holds a contraction (slow start, below)
+  int32_t memory_classes = 0;  // memory classes numbered so far (slots, stores)
   // Graphs flushed since the host last waited for this device (carried across graphs).
   int graphs_since_wait = 0;
 
@@ -199,6 +203,15 @@ bool host_waits_after(device::FlushCause cause) {
 bool provenance_enabled() {
   static const bool v = config::get_bool("TORCH_TPU_FUSED_PROVENANCE");
   return v;
+}
+
+// The memory class (runtime::MemoryClasses) of a storage the graph loads or stores, numbered in
+// order of first appearance. Mixed into the key: the executor keeps clusters of different
+// classes open across each other's writes, so graphs that share a key must share their classes.
+int32_t memory_class_of(Pending& p, StorageState& ss) {
+  if (ss.memory_class < 0) ss.memory_class = p.memory_classes++;
+  p.mix(ss.memory_class);
+  return ss.memory_class;
 }
 
 bool is_contiguous(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
@@ -625,7 +638,12 @@ std::shared_ptr<FusedProgram> compose(const Pending& p, const std::vector<uint8_
   }
   std::sort(outputs.begin(), outputs.end());
   outputs.erase(std::unique(outputs.begin(), outputs.end()), outputs.end());
-  fp->executable = selected_runtime().compile(g, outputs);
+  runtime::MemoryClasses memory;
+  for (const Slot& slot : p.slots) memory.bindings.push_back(slot.memory_class);
+  for (size_t s = 0; s < p.stores.size(); ++s) {
+    if (live[s]) memory.outputs.emplace_back(fp->store_node[s], p.stores[s].memory_class);
+  }
+  fp->executable = selected_runtime().compile_with_memory(g, outputs, memory);
   fp->stats = fp->executable->stats();
   return fp;
 }
@@ -895,8 +913,10 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
         StorageState& ss = p.storages[slot.storage];
         p.mix(-1 - ss.last_load_slot);  // which earlier loads share this memory (snapshot analysis)
         ss.last_load_slot = static_cast<int32_t>(p.slots.size());
+        slot.memory_class = memory_class_of(p, ss);
       } else {
         p.mix(-2);
+        slot.memory_class = p.memory_classes++;  // a scalar: no memory to share
       }
       s.kind = Source::kSlot;
       s.index = static_cast<int32_t>(p.slots.size());
@@ -910,6 +930,7 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
       Slot slot;
       slot.binding = long_scalar(v);
       slot.op = k;
+      slot.memory_class = p.memory_classes++;
       p.slots.push_back(std::move(slot));
     }
     p.mix(-3);
@@ -926,6 +947,7 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
     st.bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.itemsize());
     StorageState& ss = p.storages[t.storage().unsafeGetStorageImpl()];
     p.mix(ss.last_load_slot);
+    st.memory_class = memory_class_of(p, ss);
     if (ss.last_store >= 0) {
       Store& prev = p.stores[static_cast<size_t>(ss.last_store)];
       const bool same = prev.offset == st.offset && prev.dest.sizes == st.dest.sizes &&

@@ -102,6 +102,16 @@ class Executable {
                    RngState rng) const = 0;
 };
 
+// What the caller knows about which memory a program's parameters and outputs may share: a
+// class per binding and per output node, equal for memory that may overlap (one storage),
+// kUnknownMemory for "may overlap anything". Without it, a runtime must assume every output
+// may overwrite what any parameter reads or any other output writes.
+struct MemoryClasses {
+  static constexpr int32_t kUnknownMemory = -1;
+  std::vector<int32_t> bindings;                     // per binding index (missing: unknown)
+  std::vector<std::pair<int32_t, int32_t>> outputs;  // (output node, class)
+};
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -110,6 +120,14 @@ class Runtime {
   // Throws c10::Error if an op/dtype is unsupported by this runtime.
   virtual std::unique_ptr<Executable> compile(const ir::Graph& graph,
                                               const std::vector<int32_t>& outputs) = 0;
+  // The same, knowing which parameters and outputs may share memory: a runtime that orders
+  // its memory writes itself (the host executor's clusters) may then keep independent work
+  // together. Runtimes that do not need it compile as above.
+  virtual std::unique_ptr<Executable> compile_with_memory(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                                                          const MemoryClasses& memory) {
+    (void)memory;
+    return compile(graph, outputs);
+  }
   // The devices this runtime drives (PJRT: the plugin's addressable devices, "tpu:i" is device
   // i). 0: device memory is host RAM and any number of devices is emulated
   // (TORCH_TPU_NUM_DEVICES). Never throws.

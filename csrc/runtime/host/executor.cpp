@@ -147,6 +147,53 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
       if (static_cast<int32_t>(c) != except) close(static_cast<int32_t>(c));
     }
   };
+  // Memory classes (runtime.h) of the parameters and outputs, when the caller knows them.
+  constexpr int32_t kUnknown = MemoryClasses::kUnknownMemory;
+  std::vector<int32_t> memory_class;
+  if (options.memory != nullptr) {
+    memory_class.assign(n, kUnknown);
+    std::vector<bool> assigned(n, false);
+    auto assign = [&](int32_t node, int32_t cls) {
+      if (assigned[node] && memory_class[node] != cls) cls = kUnknown;  // two memories: either
+      memory_class[node] = cls;
+      assigned[node] = true;
+    };
+    for (int32_t i = 0; i < num_nodes_; ++i) {
+      const ir::Node& node = graph.node(i);
+      if (node.kind != ir::OpKind::kParameter) continue;
+      const int64_t b = node.iattrs.at(0);
+      const auto& bindings = options.memory->bindings;
+      assign(i, b >= 0 && b < static_cast<int64_t>(bindings.size()) ? bindings[b] : kUnknown);
+    }
+    for (auto [node, cls] : options.memory->outputs) {
+      if (node >= 0 && node < num_nodes_) assign(node, cls);
+    }
+  }
+  // Clusters write their outputs when they run, which is when they are closed. An output
+  // therefore closes the other open clusters that read memory it may overwrite (a parameter,
+  // or an output's value, of its memory class) or write memory it may overlap, so their reads
+  // and writes keep their program order. Knowing nothing about memory, that is all of them;
+  // knowing it, an optimizer's independent per-parameter chains stay open and fuse across ops.
+  auto touches = [&](int32_t c, int32_t cls) {
+    auto may_share = [&](int32_t v) {
+      return cls == kUnknown || memory_class[v] == kUnknown || memory_class[v] == cls;
+    };
+    for (int32_t m : clusters[c]->members()) {
+      if (is_output_[m] && may_share(m)) return true;
+      for (int32_t o : graph.node(m).operands) {
+        const bool in_memory = graph.node(o).kind == ir::OpKind::kParameter || is_output_[o];
+        if (in_memory && may_share(o)) return true;
+      }
+    }
+    return false;
+  };
+  auto close_for_output = [&](int32_t i, int32_t except) {
+    if (memory_class.empty()) return close_all(except);
+    for (size_t c = 0; c < clusters.size(); ++c) {
+      const auto k = static_cast<int32_t>(c);
+      if (k != except && open[c] && touches(k, memory_class[i])) close(k);
+    }
+  };
   // Row clusters (fusion.h): a reduction of a cluster member, the arithmetic on its result and
   // the broadcast back join that cluster instead of closing it. An open plain cluster of the
   // reduced shape that such a node reads (e.g. a broadcast constant divisor) is merged in.
@@ -168,7 +215,7 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
         open[d] = false;
       }
       close_reading(node, c);
-      if (is_output_[i]) close_all(c);
+      if (is_output_[i]) close_for_output(i, c);
       cluster_of[i] = c;
       return true;
     }
@@ -192,7 +239,7 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
       const int32_t c = cluster_of[node.operands[0]];
       if (c >= 0 && open[c] && clusters[c]->add_total_sum(graph, i, [&](int32_t v) { return cluster_of[v] == c; })) {
         cluster_of[i] = c;
-        if (is_output_[i]) close_all(c);
+        if (is_output_[i]) close_for_output(i, c);
         close(c);
         continue;
       }
@@ -201,7 +248,7 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     if (options.fuse && row_reduce_lead_rank(graph, i) >= 0) {
       // A row reduce of a value no open cluster holds starts a row cluster of its own.
       close_reading(node, -1);
-      if (is_output_[i]) close_all(-1);
+      if (is_output_[i]) close_for_output(i, -1);
       const int32_t c = static_cast<int32_t>(clusters.size());
       clusters.push_back(std::make_shared<Cluster>(graph.node(node.operands[0]).shape));
       open.push_back(true);
@@ -211,7 +258,7 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     }
     if (!options.fuse || !is_fusible(graph, i)) {
       close_reading(node, -1);
-      if (is_output_[i]) close_all(-1);
+      if (is_output_[i]) close_for_output(i, -1);
       emit_kernel(i);
       continue;
     }
@@ -255,11 +302,7 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
       clusters.push_back(std::make_shared<Cluster>(node.shape));
       open.push_back(true);
     }
-    if (is_output_[i]) {
-      // Every other open cluster runs first: its reads (of memory this output may overwrite)
-      // and its writes keep their program order relative to this write.
-      close_all(c);
-    }
+    if (is_output_[i]) close_for_output(i, c);
     clusters[c]->add(i);
     cluster_of[i] = c;
   }
@@ -742,6 +785,14 @@ ExecutableStats HostExecutable::stats() const {
 std::unique_ptr<Executable> HostRuntime::compile(const ir::Graph& graph,
                                                  const std::vector<int32_t>& outputs) {
   return std::make_unique<HostExecutable>(graph, outputs);
+}
+
+std::unique_ptr<Executable> HostRuntime::compile_with_memory(const ir::Graph& graph,
+                                                             const std::vector<int32_t>& outputs,
+                                                             const MemoryClasses& memory) {
+  HostOptions options = HostOptions::from_env();
+  options.memory = &memory;
+  return std::make_unique<HostExecutable>(graph, outputs, options);
 }
 
 }  // namespace host

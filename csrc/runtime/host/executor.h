@@ -15,7 +15,12 @@
 //      - before any kernel step that is itself an output, and when an output node joins
 //        another cluster: every read and write recorded before an output then happens before
 //        it, so writes into output memory keep their program order relative to earlier reads
-//        and writes (fused graphs compose many ops whose stores overwrite earlier loads);
+//        and writes (fused graphs compose many ops whose stores overwrite earlier loads).
+//        When the caller says which parameters and outputs may share memory
+//        (MemoryClasses, runtime.h: fused graphs do), only the clusters that read a parameter
+//        or output value of the output's class, or hold an output of it, are closed: an
+//        optimizer's per-parameter chains then stay open across the other parameters' writes
+//        and each runs as one cluster instead of one per `_foreach_*` op;
 //      - when it is full (kMaxClusterNodes members), and at the end of the graph.
 //    A closed cluster of one node is an ordinary kernel step. Members store only values read
 //    by a later step or requested as outputs. Consequence for callers: a tensor input is read
@@ -57,6 +62,9 @@ namespace torch_tpu::runtime::host {
 
 struct HostOptions {
   bool fuse = true;  // build fused elementwise clusters
+  // Which parameters and outputs may share memory (runtime.h); null: any may. Read only by the
+  // constructor: an output then closes only the open clusters that touch its memory.
+  const MemoryClasses* memory = nullptr;
   // The default: fuse unless TORCH_TPU_HOST_FUSION=0 (read at every call).
   static HostOptions from_env();
 };
@@ -128,6 +136,8 @@ class HostRuntime final : public Runtime {
   const char* name() const override { return "host"; }
   std::unique_ptr<Executable> compile(const ir::Graph& graph,
                                       const std::vector<int32_t>& outputs) override;
+  std::unique_ptr<Executable> compile_with_memory(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                                                  const MemoryClasses& memory) override;
 };
 
 }  // namespace torch_tpu::runtime::host
