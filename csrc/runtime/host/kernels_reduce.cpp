@@ -42,11 +42,12 @@ at::Scalar identity(ir::ReduceKind kind, at::ScalarType dtype) {
   return result;
 }
 
-// A float32 sum over the trailing dims (row_reduce_lead_rank admits it) running outside a
-// cluster, e.g. in strict mode or over a value no cluster holds: each row is summed by
-// row_sums, the function a row cluster's sum uses, in the rows' logical (row-major) order
-// whatever the operand's strides. Rows split across ATen's intra-op threads; a row's result
-// does not depend on the split.
+// A float32 sum over the trailing dims (row_reduce_lead_rank admits it), or over every dim of
+// more elements than a row holds (is_total_sum), running outside a cluster, e.g. in strict mode
+// or over a value no cluster holds: each row is summed by row_sums, the function a row
+// cluster's sum uses (a total sum by total_sum, as a cluster ending in it does), in the rows'
+// logical (row-major) order whatever the operand's strides. Rows split across ATen's intra-op
+// threads (a total sum's blocks: total_sum); a result does not depend on the split.
 Kernel row_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
   const std::vector<int64_t> shape = n.shape, in_shape = xn.shape;
   const int64_t rows = c10::multiply_integers(shape), m = c10::multiply_integers(in_shape) / rows;
@@ -58,23 +59,14 @@ Kernel row_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
     at::Tensor r = direct ? *out : at::empty(shape, at::TensorOptions().dtype(at::kFloat));
     const float* px = t.const_data_ptr<float>();
     float* pr = r.data_ptr<float>();
-    at::parallel_for(0, rows, std::max<int64_t>(1, at::internal::GRAIN_SIZE / m),
-                     [&](int64_t r0, int64_t r1) { row_sums(px + r0 * m, r1 - r0, m, pr + r0); });
+    if (m > kMaxRow) {  // one row: a total sum
+      pr[0] = total_sum(px, m);
+    } else {
+      at::parallel_for(0, rows, std::max<int64_t>(1, at::internal::GRAIN_SIZE / m),
+                       [&](int64_t r0, int64_t r1) { row_sums(px + r0 * m, r1 - r0, m, pr + r0); });
+    }
     if (out != nullptr && !direct) return out->copy_(r);
     return r;
-  };
-}
-
-// A float32 sum over every dim of more than kMaxRow elements (is_total_sum) outside a cluster:
-// total_sum's order, which a cluster ending in this sum uses too.
-Kernel total_sum_kernel(const ir::Node& xn, int32_t x) {
-  const std::vector<int64_t> in_shape = xn.shape;
-  return [x, in_shape](const Values& v, at::Tensor* out) {
-    at::Tensor t = v[x];
-    if (!t.sizes().equals(in_shape)) t = t.expand(in_shape);
-    t = t.contiguous();
-    at::Tensor r = at::scalar_tensor(total_sum(t.const_data_ptr<float>(), t.numel()), at::kFloat);
-    return out != nullptr ? out->copy_(r) : r;
   };
 }
 
@@ -103,8 +95,9 @@ Kernel reduce_kernel(const ir::Graph& g, int32_t id, const ir::Node& n, const ir
     at::Tensor fill = at::full(n.shape, identity(kind, dtype), at::TensorOptions().dtype(dtype));
     return [fill](const Values&, at::Tensor*) { return fill; };
   }
-  if (kind == ir::ReduceKind::kSum && row_reduce_lead_rank(g, id) >= 0) return row_sum_kernel(n, xn, x);
-  if (is_total_sum(g, id)) return total_sum_kernel(xn, x);
+  if ((kind == ir::ReduceKind::kSum && row_reduce_lead_rank(g, id) >= 0) || is_total_sum(g, id)) {
+    return row_sum_kernel(n, xn, x);
+  }
   switch (kind) {
     case ir::ReduceKind::kSum:  // ATen accumulates f16/bf16 in f32 and rounds once
       return [x, dims, dtype](const Values& v, at::Tensor* out) {
