@@ -190,6 +190,7 @@ int64_t max_ops() {
 // on the recorded ops, so a training loop's graphs repeat and hit the cache.
 int64_t slow_start_ops(int graphs_since_wait) {
   static const int64_t first = std::max<int64_t>(0, config::get_int("TORCH_TPU_FUSED_FIRST_OPS"));
+  // Past 16 doublings (even from 1 op: 65536) the cap rules; the bound keeps the shift in range.
   if (first == 0 || graphs_since_wait >= 16) return max_ops();
   return std::min(max_ops(), first << graphs_since_wait);
 }
