@@ -621,6 +621,46 @@ TEST(HostFusion, InPlaceUpdateIsWrittenIntoItsInputOnlyWithTheSameLayout) {
   }
 }
 
+TEST(HostFusion, ChannelsLastOperandsAreWalkedInMemoryOrder) {
+  // conv(x) -> per-channel scale -> + residual -> max with the residual -> square -> conv: the
+  // first convolution's input is a parameter and its result stays in the program, so it runs
+  // channels-last; the cluster then walks (N, H, W, C) order, reads the contiguous residual
+  // strided, and stores the value the second convolution reads channels-last (internal). z,
+  // also in the cluster, goes to a contiguous and then to a channels-last destination.
+  // Everything agrees with ATen's NCHW kernels; the tolerance is the convolutions' summation
+  // order (oneDNN's NHWC and blocked kernels add their products in different orders).
+  const int64_t n = 2, c = 5, h = 6, w = 7;
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {n, c, h, w});
+  int32_t w1 = p.param(1, DType::kF32, {c, c, 3, 3});
+  int32_t scale = p.param(2, DType::kF32, {c});
+  int32_t res = p.param(3, DType::kF32, {n, c, h, w});
+  int32_t w2 = p.param(4, DType::kF32, {c, c, 3, 3});
+  const std::vector<int64_t> same = {2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};  // stride 1, pad 1, groups 1
+  int32_t c1 = p.add(OpKind::kConvolution, DType::kF32, {n, c, h, w}, {x, w1}, same);
+  int32_t bs = p.add(OpKind::kBroadcastInDim, DType::kF32, {n, c, h, w}, {scale}, {1});
+  int32_t m = p.add(OpKind::kMul, DType::kF32, {n, c, h, w}, {c1, bs});
+  int32_t a = p.add(OpKind::kAdd, DType::kF32, {n, c, h, w}, {m, res});
+  int32_t r = p.add(OpKind::kMax, DType::kF32, {n, c, h, w}, {a, res});
+  int32_t y = p.add(OpKind::kMul, DType::kF32, {n, c, h, w}, {r, r});
+  int32_t z = p.add(OpKind::kAdd, DType::kF32, {n, c, h, w}, {y, y});
+  int32_t c2 = p.add(OpKind::kConvolution, DType::kF32, {n, c, h, w}, {y, w2}, same);
+  at::Tensor xv = at::randn({n, c, h, w}), w1v = at::randn({c, c, 3, 3}), sv = at::randn({c}),
+             rv = at::randn({n, c, h, w}), w2v = at::randn({c, c, 3, 3});
+  const at::Tensor want_y = at::square(at::maximum(at::conv2d(xv, w1v, {}, 1, 1) * sv.view({c, 1, 1}) + rv, rv));
+  const at::Tensor want_z = want_y + want_y, want_c2 = at::conv2d(want_y, w2v, {}, 1, 1);
+  HostExecutable exe = compile(p, {z, c2}, true);
+  ASSERT_EQ(exe.stats().clusters, 1) << exe.describe();
+  for (bool cl_dest : {false, true}) {
+    const auto format = cl_dest ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+    at::Tensor dz = at::empty({n, c, h, w}).contiguous(format), dc = at::empty({n, c, h, w}).contiguous(format);
+    exe.run({tensor_binding(xv), tensor_binding(w1v), tensor_binding(sv), tensor_binding(rv), tensor_binding(w2v)},
+            {{z, tensor_binding(dz)}, {c2, tensor_binding(dc)}}, {});
+    EXPECT_TRUE(at::allclose(dz, want_z, 1e-5, 1e-5)) << cl_dest << " " << (dz - want_z).abs().max().item<float>();
+    EXPECT_TRUE(at::allclose(dc, want_c2, 1e-4, 1e-4)) << cl_dest << " " << (dc - want_c2).abs().max().item<float>();
+  }
+}
+
 TEST(HostFusion, SnapshotBindingIsReadAtBindTime) {
   // y = x * 2 is written into x's memory; z = x' + 1 reads the same memory through another
   // binding. Unfused, z's kernel runs after y was written, so only a snapshot sees the old x.

@@ -6,6 +6,7 @@ mode), and checks through torch_tpu.metrics() that the work really was deferred 
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -250,6 +251,30 @@ def test_row_sums_fuse_and_match_strict_bit_for_bit():
     torch_tpu.reset_metrics()
     cases[0](x.to("tpu"), w.to("tpu"), y).cpu()
     assert fused()["kernels_launched"] == 1
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_convolution_chains_inside_a_graph_match_cpu(channels_last: bool):
+    """An inference pass of a small ResNet with its graph deferred: inside the graph the host
+    runtime runs the convolutions channels-last and the batch norm / ReLU / residual clusters
+    walk that layout (kernels_contract.cpp, fusion.h "Layout"). Inputs and parameters in
+    either layout; the values the user sees are PyTorch's."""
+    from torch_tpu.models import SmallResNet
+
+    torch.manual_seed(0)
+    model = SmallResNet(width=8).eval()
+    x = torch.randn(3, 3, 16, 16)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model, x = model.to(memory_format=fmt), x.contiguous(memory_format=fmt)
+    with torch.no_grad():
+        want = model(x)
+        dev = copy.deepcopy(model).to("tpu")
+        stem = dev.stem(x.to("tpu"))
+        got = dev(x.to("tpu"))
+        # Convolutions add their products in another order channels-last (oneDNN's NHWC kernels).
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(stem.cpu(), model.stem(x), rtol=1e-4, atol=1e-5)
+    assert fused()["graph_cache_hits"] + fused()["graphs_compiled"] >= 1
 
 
 @pytest.mark.parametrize("shape", [(32, 3, 64, 64), (100_003,), (8193,), (3, 5000)])

@@ -1073,7 +1073,36 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
   }
 }
 
+// The dims of a channels-last value of the cluster's shape in memory order (N, spatial..., C),
+// or empty: a plain cluster whose full-size operand a convolution left channels-last walks its
+// elements in that order (see the header comment, "Layout").
+c10::SmallVector<int64_t, 6> Cluster::memory_order(const std::vector<at::Tensor>& values) const {
+  const size_t rank = shape_.size();
+  if (lead_rank_ >= 0 || total_sum_ >= 0 || (rank != 4 && rank != 5)) return {};
+  const auto format = rank == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
+  for (const Input& in : inputs_) {
+    const at::Tensor& v = values[in.node];
+    if (in.broadcast || in.one_element || !v.sizes().equals(shape_)) continue;
+    if (!v.is_contiguous() && v.is_contiguous(format)) {
+      c10::SmallVector<int64_t, 6> order = {0};
+      for (size_t d = 2; d < rank; ++d) order.push_back(static_cast<int64_t>(d));
+      order.push_back(1);
+      return order;
+    }
+  }
+  return {};
+}
+
 void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*>& outs) const {
+  // Walk order: row-major over the shape, or over its dims permuted into `order`.
+  const c10::SmallVector<int64_t, 6> order = memory_order(values);
+  c10::SmallVector<int64_t, 6> walk_shape(shape_.begin(), shape_.end());
+  auto permuted = [&](c10::IntArrayRef v) {
+    c10::SmallVector<int64_t, 6> p(v.begin(), v.end());
+    for (size_t d = 0; d < order.size(); ++d) p[d] = v[static_cast<size_t>(order[d])];
+    return p;
+  };
+  if (!order.empty()) walk_shape = permuted(shape_);
   std::vector<Access> in_acc;
   in_acc.reserve(inputs_.size());
   for (const Input& in : inputs_) {
@@ -1091,17 +1120,27 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     } else {
       strides.assign(t.strides().begin(), t.strides().end());
     }
+    if (!order.empty() && !in.compact) strides = permuted(strides);
     in_acc.push_back(make_access(const_cast<void*>(t.const_data_ptr()), t.scalar_type(),
-                                 c10::IntArrayRef(shape_).slice(0, rank), strides));
+                                 c10::IntArrayRef(walk_shape).slice(0, rank), strides));
   }
   std::vector<Access> out_acc;
   out_acc.reserve(stores_.size());
   for (size_t j = 0; j < stores_.size(); ++j) {
     const Store& s = stores_[j];
-    at::Tensor dest = outs[j] != nullptr ? *outs[j] : at::empty(s.shape, at::TensorOptions().dtype(s.dtype));
+    // In a permuted walk, full-size values are stored in its memory order (0-d ones as they are).
+    const bool walked = !order.empty() && s.shape.size() == shape_.size();
+    at::Tensor dest = outs[j] != nullptr
+                          ? *outs[j]
+                          : at::empty(s.shape, at::TensorOptions().dtype(s.dtype).memory_format(
+                                                   walked ? (shape_.size() == 4 ? at::MemoryFormat::ChannelsLast
+                                                                                : at::MemoryFormat::ChannelsLast3d)
+                                                          : at::MemoryFormat::Contiguous));
     values[s.node] = dest;
     // Reduced values are written once per row: their access walks the lead shape.
-    out_acc.push_back(make_access(dest.numel() ? dest.data_ptr() : nullptr, s.dtype, s.shape, dest.strides()));
+    void* base = dest.numel() ? dest.data_ptr() : nullptr;
+    out_acc.push_back(walked ? make_access(base, s.dtype, walk_shape, permuted(dest.strides()))
+                             : make_access(base, s.dtype, s.shape, dest.strides()));
   }
   if (numel_ == 0) return;
   // Stores into contiguous float32 memory that no input reads are computed in place: the

@@ -51,12 +51,19 @@
 //    stored and the sum does not read it back from memory. total_sum() defines the order
 //    (blocks in row_sum_one's order, then the blocks' sums the same way); the reduce kernel
 //    uses it too, so fused and strict modes agree bit for bit.
+//  * Layout: a plain cluster (no reduction, no total sum) of rank 4 or 5 with a full-size
+//    operand in channels-last memory (a convolution's result: kernels_contract.cpp) walks its
+//    elements in that memory order (N, spatial..., C), and its fresh stores are channels-last
+//    too, so a convolution -> batch norm -> ReLU -> convolution chain streams memory in order
+//    and the next convolution needs no conversion. Elementwise values do not depend on the
+//    walk order; a per-channel operand becomes a broadcast along the leading (walked) dims.
 // Which nodes form a cluster, and where it runs, is the executor's business (executor.h);
 // a Cluster only knows its members and what to store (and, through add_row_member(), which
 // nodes may join it as row members).
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -230,6 +237,7 @@ class Cluster {
   };
 
  private:
+  c10::SmallVector<int64_t, 6> memory_order(const std::vector<at::Tensor>& values) const;
   template <typename Pred>
   bool accepts_row_member(const ir::Graph& g, int32_t id, Pred member) const;
   void build(const ir::Graph& g, const std::vector<bool>& stored);
