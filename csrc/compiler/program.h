@@ -25,6 +25,9 @@ struct OutputSpec {
 struct NewTensorSpec {
   c10::ScalarType dtype;
   std::vector<int64_t> shape;
+  // Allocated channels-last (4-d only): a compiled forward's activations saved for its
+  // backward, which the host runtime computes channels-last (torch_tpu/compile/backend.py).
+  bool channels_last = false;
 };
 
 // One ATen return: a new tensor, an argument's tensor (by binding), a list of those, or an

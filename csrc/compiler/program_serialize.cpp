@@ -130,6 +130,7 @@ std::string serialize_program(const Program& p) {
   for (const auto& t : p.new_tensors) {
     w.put(static_cast<int8_t>(t.dtype));
     w.put_vec(t.shape);
+    w.put(static_cast<uint8_t>(t.channels_last));
   }
   w.put(static_cast<uint32_t>(p.returns.size()));
   for (const auto& r : p.returns) put_return(w, r);
@@ -174,7 +175,7 @@ Program deserialize_program(std::string_view bytes) {
     TPU_CHECK(o.target >= 0 || o.new_index >= 0, "program entry: output without a destination");
     p.outputs.push_back(o);
   }
-  size_t news = r.count(1 + 4, "new tensor");
+  size_t news = r.count(1 + 4 + 1, "new tensor");
   for (size_t i = 0; i < news; ++i) {
     NewTensorSpec t;
     auto dtype = r.get<int8_t>("new tensor dtype");
@@ -182,6 +183,10 @@ Program deserialize_program(std::string_view bytes) {
     t.dtype = static_cast<c10::ScalarType>(dtype);
     t.shape = r.get_vec<int64_t>("new tensor shape");
     for (int64_t d : t.shape) TPU_CHECK(d >= 0, "program entry: new tensor with a negative dimension");
+    const auto channels_last = r.get<uint8_t>("new tensor layout");
+    TPU_CHECK(channels_last <= 1 && (channels_last == 0 || t.shape.size() == 4),
+              "program entry: bad new tensor layout ", static_cast<int>(channels_last));
+    t.channels_last = channels_last != 0;
     p.new_tensors.push_back(std::move(t));
   }
   for (const auto& o : p.outputs) {

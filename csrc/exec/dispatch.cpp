@@ -416,6 +416,9 @@ at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceInd
   auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                     c10::scalarTypeToTypeMeta(spec.dtype));
   t.unsafeGetTensorImpl()->set_sizes_contiguous(spec.shape);
+  if (spec.channels_last && spec.shape.size() == 4) {
+    t.unsafeGetTensorImpl()->empty_tensor_restride(c10::MemoryFormat::ChannelsLast);
+  }
   return t;
 }
 

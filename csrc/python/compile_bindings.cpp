@@ -54,8 +54,9 @@ struct GraphReturn {
 
 class CompiledGraph {
  public:
+  // channels_last: indices of new tensors to allocate channels-last (4-d ones only).
   CompiledGraph(const py::list& nodes, const py::list& outputs, const py::list& returns, uint64_t rng_counters,
-                int32_t num_inputs)
+                int32_t num_inputs, const std::vector<int32_t>& channels_last)
       : prog_(std::make_shared<compiler::Program>()), num_inputs_(num_inputs), snapshot_(num_inputs, 0) {
     prog_->graph = graph_from_python(nodes);
     std::vector<int32_t> output_nodes;
@@ -99,6 +100,11 @@ class CompiledGraph {
       }
       prog_->returns.push_back(return_spec(g));
       returns_.push_back(std::move(g));
+    }
+    for (int32_t k : channels_last) {
+      TPU_CHECK_VALUE(k >= 0 && k < new_count, "compiled graph: channels-last new tensor ", k, " out of range");
+      auto& spec = prog_->new_tensors[static_cast<size_t>(k)];
+      spec.channels_last = spec.shape.size() == 4;
     }
     prog_->rng_counters = rng_counters;
     py::gil_scoped_release no_gil;
@@ -338,10 +344,11 @@ void init_compile_bindings(py::module_& m) {
   m.def("_set_lowering_fingerprint", &exec::disk_tier::set_lowering_fingerprint, py::arg("name"), py::arg("overload"),
         py::arg("fingerprint"),
         "Keys an op's programs in the disk tier by its user lowering's code (schema overload name: '' for default).");
-  py::class_<CompiledGraph>(m, "_CompiledGraph",
-                            "One FX graph compiled as one program (torch.compile(backend='tpu')).")
-      .def(py::init<const py::list&, const py::list&, const py::list&, uint64_t, int32_t>(), py::arg("nodes"),
-           py::arg("outputs"), py::arg("returns"), py::arg("rng_counters"), py::arg("num_inputs"))
+  py::class_<CompiledGraph>(m, "_CompiledGraph", "One FX graph compiled as one program (torch.compile(backend='tpu')).")
+      .def(
+          py::init<const py::list&, const py::list&, const py::list&, uint64_t, int32_t, const std::vector<int32_t>&>(),
+          py::arg("nodes"), py::arg("outputs"), py::arg("returns"), py::arg("rng_counters"), py::arg("num_inputs"),
+          py::arg("channels_last") = std::vector<int32_t>{})
       .def("run", &CompiledGraph::run, py::arg("inputs"))
       .def_static("load", &CompiledGraph::load, py::arg("key"), py::arg("num_inputs"),
                   "The graph an earlier process stored under key (disk tier), or None.")

@@ -129,6 +129,43 @@ def test_cnn_batchnorm_training_matches_eager(eager_mode):
         _close(comp_params[k], eager_params[k], 1e-4)
 
 
+def test_conv_training_saves_activations_channels_last():
+    """A convolution network's forward graph stores the activations it saves for the backward
+    channels-last, the layout the host runtime computes convolution chains in (backend.py,
+    _channels_last_saved); the tensors the user gets back keep PyTorch's layout, and the
+    gradients match eager."""
+    from torch_tpu.models import SmallResNet
+
+    class WithFeatures(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = SmallResNet(width=8)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            feats = self.net.stem(x)
+            return feats, self.net(x)
+
+    torch.manual_seed(0)
+    base = WithFeatures()
+    x, y = torch.randn(2, 3, 16, 16), torch.tensor([1, 3])
+    ref = copy.deepcopy(base)
+    want_feats, want_logits = ref(x)
+    (F.cross_entropy(want_logits, y) + want_feats.mean()).backward()
+    dev = copy.deepcopy(base).to(DEV)
+    saved: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        feats, logits = torch.compile(dev, backend="tpu")(x.to(DEV))
+    (F.cross_entropy(logits, y.to(DEV)) + feats.mean()).backward()
+    assert feats.is_contiguous() and logits.is_contiguous()
+    channels_last = [t for t in saved if t.dim() == 4 and not t.is_contiguous()
+                     and t.is_contiguous(memory_format=torch.channels_last)]
+    assert len(channels_last) >= 10, [tuple(t.stride()) for t in saved if t.dim() == 4]
+    _close(feats.cpu(), want_feats, 2e-5)  # convolutions: see _close
+    _close(logits.cpu(), want_logits, 2e-5)
+    for (k, p), (_, q) in zip(dev.named_parameters(), ref.named_parameters()):
+        _close(p.grad.cpu(), q.grad, 1e-4)
+
+
 def test_graph_break_gives_correct_results():
     def f(x):
         y = torch.relu(x) * 2

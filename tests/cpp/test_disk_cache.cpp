@@ -35,6 +35,7 @@ Program sample_program() {
   p.outputs.push_back({3, -1, 0});
   p.outputs.push_back({3, 0, -1});
   p.new_tensors.push_back({c10::kFloat, {2, 3}});
+  p.new_tensors.push_back({c10::kFloat, {1, 2, 2, 3}, /*channels_last=*/true});
   ReturnSpec list;
   list.kind = ReturnSpec::Kind::List;
   list.items.push_back(ReturnSpec{ReturnSpec::Kind::New, 0, {}});
@@ -76,8 +77,11 @@ TEST(ProgramSerialize, RoundTrip) {
   ASSERT_EQ(q.outputs.size(), 2u);
   EXPECT_EQ(q.outputs[1].target, 0);
   EXPECT_EQ(q.outputs[0].new_index, 0);
-  ASSERT_EQ(q.new_tensors.size(), 1u);
+  ASSERT_EQ(q.new_tensors.size(), 2u);
   EXPECT_EQ(q.new_tensors[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_FALSE(q.new_tensors[0].channels_last);
+  EXPECT_EQ(q.new_tensors[1].shape, (std::vector<int64_t>{1, 2, 2, 3}));
+  EXPECT_TRUE(q.new_tensors[1].channels_last);
   ASSERT_EQ(q.returns.size(), 3u);
   for (size_t i = 0; i < 3; ++i) expect_same_returns(q.returns[i], p.returns[i]);
   EXPECT_EQ(q.rng_counters, 7u);

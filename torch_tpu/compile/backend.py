@@ -50,10 +50,10 @@ def _graph_lowering_hash() -> str:
     return hashlib.sha256(Path(__file__).with_name("lower_graph.py").read_bytes()).hexdigest()[:16]
 
 
-def _disk_key(code: str, sig: tuple) -> str:
+def _disk_key(code: str, sig: tuple, channels_last: frozenset[int] = frozenset()) -> str:
     """The disk tier's key text: everything the lowered program depends on besides the
     lowering sources and the extension, which the disk cache's directory version covers."""
-    return f"{_graph_lowering_hash()}\n{code}\n{sig!r}"
+    return f"{_graph_lowering_hash()}\n{code}\n{sig!r}\n{sorted(channels_last)!r}"
 
 
 def uses_user_lowering(gm: fx.GraphModule) -> bool:
@@ -67,21 +67,65 @@ def _symbolic(x) -> bool:
     return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
-def _program(gm: fx.GraphModule, inputs: Sequence) -> _C._CompiledGraph:
+def _saved_for_backward_start() -> int | None:
+    """Index of the first output of the forward graph being compiled that AOTAutograd saves for
+    the backward (None when unknown: no tracing context, effect tokens, another torch version).
+
+    The forward returns (mutated inputs, user outputs, intermediate bases, rng offset, saved
+    tensors, saved symints); ``fw_metadata.num_forward`` counts what precedes the saved values.
+    """
+    from torch._guards import TracingContext
+
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    start = getattr(meta, "num_forward", None)
+    return start if isinstance(start, int) and not getattr(meta, "tokens", None) else None
+
+
+def _channels_last_saved(gm: fx.GraphModule, saved_start: int | None) -> frozenset[int]:
+    """Positions of a forward graph's outputs to allocate channels-last: the 4-d float
+    activations saved for the backward of a graph with 2-d convolutions. The host runtime runs
+    such chains channels-last (kernels_contract.cpp), so the saved values are stored without a
+    layout conversion and the backward reads them in that layout; the user never sees them."""
+    if saved_start is None or _C._runtime_name() != "host":
+        return frozenset()
+    convs = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
+
+    def conv2d(n: fx.Node) -> bool:
+        weight = n.args[1] if n.op == "call_function" and n.target in convs else None
+        val = weight.meta.get("val") if isinstance(weight, fx.Node) else None
+        return isinstance(val, torch.Tensor) and val.dim() == 4
+
+    if not any(conv2d(n) for n in gm.graph.nodes):
+        return frozenset()
+    results = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    results = results if isinstance(results, (list, tuple)) else [results]
+    picked = set()
+    for i, r in enumerate(results):
+        val = r.meta.get("val") if isinstance(r, fx.Node) else None
+        if i >= saved_start and isinstance(val, torch.Tensor) and val.dim() == 4 and val.dtype.is_floating_point:
+            picked.add(i)
+    return frozenset(picked)
+
+
+def _program(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = None) -> _C._CompiledGraph:
     """The compiled program for gm on inputs of this signature (memory, then disk, then lowered)."""
     sig = _signature(inputs)
-    key = (gm.code, sig)
+    channels_last = _channels_last_saved(gm, saved_start)
+    key = (gm.code, sig, channels_last)
     prog = _PROGRAMS.get(key)
     if prog is not None:
         counters().graphs_reused += 1
         return prog
-    disk_key = _disk_key(gm.code, sig) if not uses_user_lowering(gm) else None
+    disk_key = _disk_key(gm.code, sig, channels_last) if not uses_user_lowering(gm) else None
     prog = _C._CompiledGraph.load(disk_key, len(inputs)) if disk_key is not None else None
     if prog is not None:
         counters().graphs_loaded += 1
     else:
         lg = lower_graph(gm, inputs)
-        prog = _C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs)
+        # A value also returned to the user (the same node, or an alias of it) keeps its layout.
+        visible = {r[1] for r in lg.returns[:saved_start or 0] if r[0] == "n"}
+        news = sorted({lg.returns[i][1] for i in channels_last if lg.returns[i][0] == "n"} - visible)
+        prog = _C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs, news)
         if disk_key is not None:
             prog.store(disk_key)
         counters().graphs_compiled += 1
@@ -188,14 +232,16 @@ class _Specializing:
         return self.over_limit(args)
 
 
-def _compile_graph(gm: fx.GraphModule, example_inputs: Sequence) -> Callable[[list], list]:
-    """fw/bw/inference compiler for AOTAutograd: a boxed callable running gm."""
+def _compile_graph(gm: fx.GraphModule, example_inputs: Sequence,
+                   saved_start: int | None = None) -> Callable[[list], list]:
+    """fw/bw/inference compiler for AOTAutograd: a boxed callable running gm. saved_start: see
+    _saved_for_backward_start (forward graphs only)."""
     if any(_symbolic(x) for x in example_inputs):
         # Checked before anything calls int() on a symbolic size: that would add a guard
         # specializing the graph, and Dynamo would recompile for every new shape.
         return _Specializing(gm)
     try:
-        prog = _program(gm, example_inputs)
+        prog = _program(gm, example_inputs, saved_start)
     except Symbolic:
         return _Specializing(gm)
     except Unsupported as e:
@@ -207,6 +253,11 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: Sequence) -> Callable[[li
         return run(args)
 
     return _boxed(call)
+
+
+def _compile_forward(gm: fx.GraphModule, example_inputs: Sequence) -> Callable[[list], list]:
+    """AOTAutograd's forward (and inference) compiler: knows which outputs are saved."""
+    return _compile_graph(gm, example_inputs, _saved_for_backward_start())
 
 
 @functools.cache
@@ -268,5 +319,5 @@ def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence, **kwargs) -> Calla
 
     counters().graphs_seen += 1
     _note_recompile(gm)
-    return aot_module_simplified(gm, example_inputs, fw_compiler=_compile_graph, bw_compiler=_compile_graph,
+    return aot_module_simplified(gm, example_inputs, fw_compiler=_compile_forward, bw_compiler=_compile_graph,
                                  decompositions=decompositions(), keep_inference_input_mutations=True)

@@ -20,11 +20,11 @@
 // and from its blocked layout that NCHW operands take (batch 8, 16-64 channels, two threads:
 // 1.2-1.7x faster). The literal form runs channels-last when its input already is, or when its
 // input is a program parameter and its result has no destination (it stays inside the
-// program): fused clusters (fusion.h) keep that layout through batch norm and ReLU to the next
-// convolution, so only the first one converts. A result bound to a program output keeps the
-// NCHW path (strict mode: one op per program), and so does an NCHW input computed inside the
-// program: its producer mixed NCHW values (a backward pass reading saved activations), and
-// converting it there made a SmallResNet training step 4-5% slower.
+// program) or a channels-last one (a compiled forward's saved activation): fused clusters (fusion.h) keep that layout
+// through batch norm and ReLU to the next convolution, so only the first one converts. A result bound to a program
+// output keeps the NCHW path (strict mode: one op per program), and so does an NCHW input computed inside the program:
+// its producer mixed NCHW values (a backward pass reading saved activations), and converting it there made a
+// SmallResNet training step 4-5% slower.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -411,8 +411,9 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
   return [=](const Values& v, at::Tensor* out) {
     auto [t, w] = operands(v);
     // Channels-last (see the file comment): when the input already is, or when it is the
-    // program's input and the result stays inside the program (no destination).
-    if (may_be_channels_last && (is_channels_last(t) || (out == nullptr && input_is_parameter))) {
+    // program's input and the result stays inside the program or goes to channels-last memory.
+    if (may_be_channels_last &&
+        (is_channels_last(t) || (input_is_parameter && (out == nullptr || is_channels_last(*out))))) {
       t = t.contiguous(at::MemoryFormat::ChannelsLast);
       return split_rows(result_shape, t.options().memory_format(at::MemoryFormat::ChannelsLast), macs,
                         [&](int64_t lo, int64_t hi) {  // by batch
