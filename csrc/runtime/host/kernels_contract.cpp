@@ -20,11 +20,12 @@
 // and from its blocked layout that NCHW operands take (batch 8, 16-64 channels, two threads:
 // 1.2-1.7x faster). The literal form runs channels-last when its input already is, or when its
 // input is a program parameter and its result has no destination (it stays inside the
-// program) or a channels-last one (a compiled forward's saved activation): fused clusters (fusion.h) keep that layout
-// through batch norm and ReLU to the next convolution, so only the first one converts. A result bound to a program
-// output keeps the NCHW path (strict mode: one op per program), and so does an NCHW input computed inside the program:
-// its producer mixed NCHW values (a backward pass reading saved activations), and converting it there made a
-// SmallResNet training step 4-5% slower.
+// program) or a channels-last one (a compiled forward's saved activation). Fused clusters
+// (fusion.h) keep that layout through batch norm and ReLU to the next convolution, so only
+// the first one converts. A result bound to an NCHW program output keeps the NCHW path
+// (strict mode: one op per program), and so does an NCHW input computed inside the program:
+// its producer mixed NCHW values (a backward pass reading saved activations), and converting
+// it there made a SmallResNet training step 4-5% slower.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -412,15 +413,10 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
     auto [t, w] = operands(v);
     // Channels-last (see the file comment): when the input already is, or when it is the
     // program's input and the result stays inside the program or goes to channels-last memory.
-    if (may_be_channels_last &&
-        (is_channels_last(t) || (input_is_parameter && (out == nullptr || is_channels_last(*out))))) {
-      t = t.contiguous(at::MemoryFormat::ChannelsLast);
-      return split_rows(result_shape, t.options().memory_format(at::MemoryFormat::ChannelsLast), macs,
-                        [&](int64_t lo, int64_t hi) {  // by batch
-                          return at::convolution(t.narrow(0, lo, hi - lo), w, std::nullopt, strides, conv_pad, rdil,
-                                                 /*transposed=*/false, out_pad, groups);
-                        });
-    }
+    const bool channels_last =
+        may_be_channels_last &&
+        (is_channels_last(t) || (input_is_parameter && (out == nullptr || is_channels_last(*out))));
+    if (channels_last) t = t.contiguous(at::MemoryFormat::ChannelsLast);
     if (dilate) {
       at::Tensor z = at::zeros(dilated, t.options());
       at::Tensor view = z;
@@ -431,8 +427,9 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
       t = z;
     }
     if (explicit_pad) t = at::constant_pad_nd(t, pads, 0);
-    return result(split_rows(result_shape, t.options(), macs, [&](int64_t lo, int64_t hi) {  // by batch
-      return at::convolution(t.narrow(0, lo, hi - lo), w, std::nullopt, strides, conv_pad, rdil,
+    const auto format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+    return result(split_rows(result_shape, t.options().memory_format(format), macs, [&](int64_t lo, int64_t hi) {
+      return at::convolution(t.narrow(0, lo, hi - lo), w, std::nullopt, strides, conv_pad, rdil,  // images lo..hi
                              /*transposed=*/false, out_pad, groups);
     }));
   };
