@@ -90,21 +90,17 @@ def _channels_last_saved(gm: fx.GraphModule, saved_start: int | None) -> frozens
         return frozenset()
     convs = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
 
-    def conv2d(n: fx.Node) -> bool:
-        weight = n.args[1] if n.op == "call_function" and n.target in convs else None
-        val = weight.meta.get("val") if isinstance(weight, fx.Node) else None
-        return isinstance(val, torch.Tensor) and val.dim() == 4
+    def val_4d(n: object) -> torch.Tensor | None:
+        val = n.meta.get("val") if isinstance(n, fx.Node) else None
+        return val if isinstance(val, torch.Tensor) and val.dim() == 4 else None
 
-    if not any(conv2d(n) for n in gm.graph.nodes):
+    if not any(n.op == "call_function" and n.target in convs and val_4d(n.args[1]) is not None
+               for n in gm.graph.nodes):
         return frozenset()
     results = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     results = results if isinstance(results, (list, tuple)) else [results]
-    picked = set()
-    for i, r in enumerate(results):
-        val = r.meta.get("val") if isinstance(r, fx.Node) else None
-        if i >= saved_start and isinstance(val, torch.Tensor) and val.dim() == 4 and val.dtype.is_floating_point:
-            picked.add(i)
-    return frozenset(picked)
+    return frozenset(i for i in range(saved_start, len(results))
+                     if (v := val_4d(results[i])) is not None and v.dtype.is_floating_point)
 
 
 def _program(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = None) -> _C._CompiledGraph:

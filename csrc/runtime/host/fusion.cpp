@@ -1073,29 +1073,28 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
   }
 }
 
-// The dims of a channels-last value of the cluster's shape in memory order (N, spatial..., C),
-// or empty: a plain cluster whose full-size operand a convolution left channels-last walks its
-// elements in that order (see the header comment, "Layout").
-c10::SmallVector<int64_t, 6> Cluster::memory_order(const std::vector<at::Tensor>& values) const {
-  const size_t rank = shape_.size();
-  if (lead_rank_ >= 0 || total_sum_ >= 0 || (rank != 4 && rank != 5)) return {};
-  const auto format = rank == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
+// The channels-last format of the cluster's first full-size operand that a convolution left in
+// it, for a plain cluster: it then walks its elements in that memory order (see the header
+// comment, "Layout"). Empty: row-major.
+std::optional<at::MemoryFormat> Cluster::walk_format(const std::vector<at::Tensor>& values) const {
+  if (lead_rank_ >= 0 || total_sum_ >= 0) return std::nullopt;
   for (const Input& in : inputs_) {
     const at::Tensor& v = values[in.node];
     if (in.broadcast || in.one_element || !v.sizes().equals(shape_)) continue;
-    if (!v.is_contiguous() && v.is_contiguous(format)) {
-      c10::SmallVector<int64_t, 6> order = {0};
-      for (size_t d = 2; d < rank; ++d) order.push_back(static_cast<int64_t>(d));
-      order.push_back(1);
-      return order;
-    }
+    if (auto format = channels_last_format(v)) return format;
   }
-  return {};
+  return std::nullopt;
 }
 
 void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*>& outs) const {
-  // Walk order: row-major over the shape, or over its dims permuted into `order`.
-  const c10::SmallVector<int64_t, 6> order = memory_order(values);
+  // Walk order: row-major over the shape, or channels-last's memory order (N, spatial..., C).
+  const std::optional<at::MemoryFormat> walk = walk_format(values);
+  c10::SmallVector<int64_t, 6> order;
+  if (walk) {
+    order.push_back(0);
+    for (size_t d = 2; d < shape_.size(); ++d) order.push_back(static_cast<int64_t>(d));
+    order.push_back(1);
+  }
   c10::SmallVector<int64_t, 6> walk_shape(shape_.begin(), shape_.end());
   auto permuted = [&](c10::IntArrayRef v) {
     c10::SmallVector<int64_t, 6> p(v.begin(), v.end());
@@ -1130,12 +1129,9 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     const Store& s = stores_[j];
     // In a permuted walk, full-size values are stored in its memory order (0-d ones as they are).
     const bool walked = !order.empty() && s.shape.size() == shape_.size();
-    at::Tensor dest = outs[j] != nullptr
-                          ? *outs[j]
-                          : at::empty(s.shape, at::TensorOptions().dtype(s.dtype).memory_format(
-                                                   walked ? (shape_.size() == 4 ? at::MemoryFormat::ChannelsLast
-                                                                                : at::MemoryFormat::ChannelsLast3d)
-                                                          : at::MemoryFormat::Contiguous));
+    at::Tensor dest = outs[j] != nullptr ? *outs[j]
+                                         : at::empty(s.shape, at::TensorOptions().dtype(s.dtype).memory_format(
+                                                                  walked ? *walk : at::MemoryFormat::Contiguous));
     values[s.node] = dest;
     // Reduced values are written once per row: their access walks the lead shape.
     void* base = dest.numel() ? dest.data_ptr() : nullptr;

@@ -63,10 +63,10 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -237,7 +237,7 @@ class Cluster {
   };
 
  private:
-  c10::SmallVector<int64_t, 6> memory_order(const std::vector<at::Tensor>& values) const;
+  std::optional<at::MemoryFormat> walk_format(const std::vector<at::Tensor>& values) const;
   template <typename Pred>
   bool accepts_row_member(const ir::Graph& g, int32_t id, Pred member) const;
   void build(const ir::Graph& g, const std::vector<bool>& stored);

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,17 @@
 namespace torch_tpu::runtime::host {
 
 using Values = std::vector<at::Tensor>;
+
+// The channels-last format a 4-d (5-d) tensor is laid out in, when it is and is not also
+// contiguous: a value the host runtime keeps channels-last inside a program
+// (kernels_contract.cpp, fusion.h "Layout"). Empty otherwise.
+inline std::optional<at::MemoryFormat> channels_last_format(const at::Tensor& t) {
+  const int64_t rank = t.dim();
+  if (rank != 4 && rank != 5) return std::nullopt;
+  const auto format = rank == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
+  if (t.is_contiguous() || !t.is_contiguous(format)) return std::nullopt;
+  return format;
+}
 // Returns the node's value; may write into (and return) *out when out is non-null.
 using Kernel = std::function<at::Tensor(const Values& values, at::Tensor* out)>;
 

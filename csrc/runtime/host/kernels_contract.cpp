@@ -295,11 +295,6 @@ int64_t dot_general_macs(const ir::Graph& g, const ir::Node& n) {
   return c10::multiply_integers(n.shape) * k;
 }
 
-// Channels-last memory that is not also contiguous (a convolution's result, a cluster's).
-bool is_channels_last(const at::Tensor& t) {
-  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
-}
-
 Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
   const int32_t l = n.operands[0], r = n.operands[1];
   const ir::Node &ln = g.node(l), &rn = g.node(r);
@@ -415,7 +410,7 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
     // program's input and the result stays inside the program or goes to channels-last memory.
     const bool channels_last =
         may_be_channels_last &&
-        (is_channels_last(t) || (input_is_parameter && (out == nullptr || is_channels_last(*out))));
+        (channels_last_format(t) || (input_is_parameter && (out == nullptr || channels_last_format(*out))));
     if (channels_last) t = t.contiguous(at::MemoryFormat::ChannelsLast);
     if (dilate) {
       at::Tensor z = at::zeros(dilated, t.options());
