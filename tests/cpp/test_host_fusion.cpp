@@ -627,8 +627,9 @@ TEST(HostFusion, ChannelsLastOperandsAreWalkedInMemoryOrder) {
   // channels-last; the cluster then walks (N, H, W, C) order, reads the contiguous residual
   // strided, and stores the value the second convolution reads channels-last (internal). z,
   // also in the cluster, goes to a contiguous and then to a channels-last destination.
-  // Everything agrees with ATen's NCHW kernels; the tolerance is the convolutions' summation
-  // order (oneDNN's NHWC and blocked kernels add their products in different orders).
+  // Everything agrees with ATen's NCHW kernels within float32's usual test tolerance (equal
+  // bits on this machine's oneDNN; its NHWC and blocked kernels may add products in another
+  // order on other CPUs).
   const int64_t n = 2, c = 5, h = 6, w = 7;
   Program p;
   int32_t x = p.param(0, DType::kF32, {n, c, h, w});
@@ -656,8 +657,8 @@ TEST(HostFusion, ChannelsLastOperandsAreWalkedInMemoryOrder) {
     at::Tensor dz = at::empty({n, c, h, w}).contiguous(format), dc = at::empty({n, c, h, w}).contiguous(format);
     exe.run({tensor_binding(xv), tensor_binding(w1v), tensor_binding(sv), tensor_binding(rv), tensor_binding(w2v)},
             {{z, tensor_binding(dz)}, {c2, tensor_binding(dc)}}, {});
-    EXPECT_TRUE(at::allclose(dz, want_z, 1e-5, 1e-5)) << cl_dest << " " << (dz - want_z).abs().max().item<float>();
-    EXPECT_TRUE(at::allclose(dc, want_c2, 1e-4, 1e-4)) << cl_dest << " " << (dc - want_c2).abs().max().item<float>();
+    EXPECT_TRUE(at::allclose(dz, want_z, 1.3e-6, 1e-5)) << cl_dest << " " << (dz - want_z).abs().max().item<float>();
+    EXPECT_TRUE(at::allclose(dc, want_c2, 1.3e-6, 1e-5)) << cl_dest << " " << (dc - want_c2).abs().max().item<float>();
   }
 }
 
