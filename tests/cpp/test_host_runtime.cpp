@@ -7,6 +7,7 @@
 #include "host_helpers.h"
 #include "ir/verifier.h"
 #include "runtime/host/philox.h"
+#include "runtime/host/scratch_allocator.h"
 #include "runtime/runtime.h"
 
 namespace torch_tpu::runtime {
@@ -248,6 +249,51 @@ TEST(HostRuntime, OutputAliasingAnInputIsWrittenSafely) {
   auto exe = host_runtime().compile(p.g, {z});
   exe->run({tensor_binding(a)}, {{z, tensor_binding(a)}}, {});
   expect_equal(a, want);
+}
+
+TEST(HostRuntime, OutputsViewingAStepAreComputedInTheirDestination) {
+  // What compiled training graphs return: a weight gradient as the transpose of a product, an
+  // activation reshaped. The steps computing them write straight into the destinations (viewed
+  // back to their shapes): no scratch memory is taken for their [512, 256] f32 values (512 KiB,
+  // above kMinScratchBytes), and the outputs' own steps copy nothing.
+  const int64_t m = 512, k = 32, n = 256;
+  Program p;
+  int32_t a = p.param(0, DType::kF32, {m, k});
+  int32_t b = p.param(1, DType::kF32, {k, n});
+  int32_t c = p.param(2, DType::kF32, {m, n});
+  int32_t d = p.add(OpKind::kDotGeneral, DType::kF32, {m, n}, {a, b}, {0, 1, 1, 0});
+  int32_t dt = p.add(OpKind::kTranspose, DType::kF32, {n, m}, {d}, {1, 0});
+  int32_t s = p.add(OpKind::kAdd, DType::kF32, {m, n}, {c, c});
+  int32_t sr = p.add(OpKind::kReshape, DType::kF32, {8, m / 8, n}, {s});
+  // Reshaped, then transposed so the dims a reshape would merge are apart: no view of the
+  // destination has s's shape, so s is computed aside and copied.
+  int32_t srt = p.add(OpKind::kTranspose, DType::kF32, {m / 8, 8, n}, {sr}, {1, 0, 2});
+  at::Tensor av = at::randn({m, k}), bv = at::randn({k, n}), cv = at::randn({m, n});
+  const at::Tensor want_d = at::mm(av, bv), want_s = cv + cv;
+  const std::vector<Binding> in = {tensor_binding(av), tensor_binding(bv), tensor_binding(cv)};
+  for (bool fuse : {false, true}) {
+    auto exe = torch_tpu::testing::compile_host(p, {dt, sr, srt, d}, fuse);
+    at::Tensor got_dt = at::empty({n, m}), got_sr = at::empty({8, m / 8, n});
+    const auto s0 = host::scratch_stats();
+    exe.run(in, {{dt, tensor_binding(got_dt)}, {sr, tensor_binding(got_sr)}}, {});
+    const auto s1 = host::scratch_stats();
+    EXPECT_EQ(s1.hits + s1.misses, s0.hits + s0.misses) << "fuse " << fuse;
+    EXPECT_TRUE(at::allclose(got_dt, want_d.t())) << "fuse " << fuse;
+    expect_equal(got_sr, want_s.view({8, m / 8, n}));
+    // The fallbacks give the same values: a destination no view undoes, a source that is an
+    // output itself (it keeps its destination; the transpose copies from it), and a destination
+    // in an input's memory (written when its own step runs, after every read of that input).
+    at::Tensor got_srt = at::empty({m / 8, 8, n}), got_d = at::empty({m, n});
+    got_dt.zero_();
+    exe.run(in, {{srt, tensor_binding(got_srt)}, {d, tensor_binding(got_d)}, {dt, tensor_binding(got_dt)}}, {});
+    expect_equal(got_srt, want_s.view({8, m / 8, n}).transpose(0, 1));
+    EXPECT_TRUE(at::allclose(got_d, want_d)) << "fuse " << fuse;
+    expect_equal(got_dt, got_d.t());
+    at::Tensor mem = cv.clone();
+    exe.run({tensor_binding(av), tensor_binding(bv), tensor_binding(mem)},
+            {{sr, tensor_binding(mem.view({8, m / 8, n}))}}, {});
+    expect_equal(mem, want_s);
+  }
 }
 
 TEST(HostRuntime, PadSliceConcatenateReverse) {

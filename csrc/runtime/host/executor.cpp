@@ -1,6 +1,7 @@
 #include "runtime/host/executor.h"
 
 #include <ATen/ScalarOps.h>
+#include <ATen/TensorUtils.h>
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common/check.h"
@@ -309,6 +311,33 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
   close_all(-1);
   fold_constants(graph, step_of);
 
+  // Outputs that view a value some step computes (ViewRoute).
+  view_route_of_.assign(n, -1);
+  auto is_view = [&](int32_t i) {
+    const ir::OpKind k = graph.node(i).kind;
+    return step_of[i] >= 0 && (k == ir::OpKind::kReshape || k == ir::OpKind::kTranspose);
+  };
+  for (int32_t o : outputs) {
+    if (view_route_of_[o] >= 0 || !is_view(o)) continue;
+    ViewRoute route;
+    int32_t x = o;
+    for (; is_view(x); x = graph.node(x).operands[0]) {
+      const ir::Node& xn = graph.node(x);
+      if (xn.kind == ir::OpKind::kReshape) {
+        route.undo.push_back({true, graph.node(xn.operands[0]).shape});
+      } else {
+        std::vector<int64_t> inverse(xn.iattrs.size());
+        for (size_t d = 0; d < inverse.size(); ++d)
+          inverse[static_cast<size_t>(xn.iattrs[d])] = static_cast<int64_t>(d);
+        route.undo.push_back({false, std::move(inverse)});
+      }
+    }
+    if (step_of[x] < 0) continue;  // a parameter or a folded value: nothing to compute
+    route.source = x;
+    view_route_of_[o] = static_cast<int32_t>(view_routes_.size());
+    view_routes_.push_back(std::move(route));
+  }
+
   // In-place elementwise updates (`x.mul_(y)`, an optimizer's `p.add_(u)`): an output stored by a
   // plain cluster may be written straight into memory that an input binding also names, with
   // the same layout, when every reader of that input is an elementwise member of the same
@@ -423,12 +452,40 @@ at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>
   return t.scalar_type() == p.dtype ? t : t.to(p.dtype);
 }
 
+at::Tensor HostExecutable::ViewRoute::source_view(const at::Tensor& dest) const {
+  at::Tensor t = dest;
+  for (const Undo& u : undo) {
+    if (!u.reshape) {
+      t = t.permute(u.dims);
+      continue;
+    }
+    std::optional<std::vector<int64_t>> strides = at::detail::computeStride(t.sizes(), t.strides(), u.dims);
+    if (!strides) return {};
+    t = t.as_strided(u.dims, *strides);
+  }
+  return t;
+}
+
+namespace {
+
+// Whether a and b are the same elements of the same memory (copying one into the other is a
+// no-op): a view of a destination lent to the step that computed it (ViewRoute).
+bool same_memory(const at::Tensor& a, const at::Tensor& b) {
+  return a.is_same(b) || (a.defined() && a.data_ptr() == b.data_ptr() && a.sizes().equals(b.sizes()) &&
+                          a.strides().equals(b.strides()) && a.scalar_type() == b.scalar_type());
+}
+
+}  // namespace
+
 // One run's values and output destinations.
 struct HostExecutable::RunState {
   // An output's destination, and whether a kernel may write into it.
   struct Dest {
     at::Tensor tensor;
     bool direct = false;
+    // Lent by an output that views this node's value (ViewRoute): the value is read from it
+    // once written, so the view is taken of the destination's memory.
+    bool lent = false;
   };
   Values values;
   std::vector<Dest> dests;
@@ -438,7 +495,8 @@ struct HostExecutable::RunState {
   void write_outputs(int32_t node) {
     for (int32_t k = first_dest[node]; k >= 0; k = next_dest[k]) {
       Dest& d = dests[k];
-      if (d.tensor.numel() > 0 && !(d.direct && values[node].is_same(d.tensor))) d.tensor.copy_(values[node]);
+      if (d.tensor.numel() > 0 && !same_memory(values[node], d.tensor)) d.tensor.copy_(values[node]);
+      if (d.lent) values[node] = d.tensor;
     }
   }
 };
@@ -703,11 +761,13 @@ void HostExecutable::run(const std::vector<Binding>& inputs, const std::vector<O
   }
   std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.lo < y.lo; });
   c10::SmallVector<uint8_t, 64> clash(outputs.size(), 0);
+  c10::SmallVector<uint8_t, 64> reads_overlap(outputs.size(), 0);  // overlaps an input binding the program reads
   auto meet = [&](const Span& d, const Span& other) {  // d is an output's span
     if (other.dest) {
       clash[d.index] = clash[other.index] = 1;
-    } else if (!inplace_ok(outputs[d.index], inputs[other.index], other.index)) {
-      clash[d.index] = 1;
+    } else {
+      reads_overlap[d.index] = 1;
+      if (!inplace_ok(outputs[d.index], inputs[other.index], other.index)) clash[d.index] = 1;
     }
   };
   for (size_t i = 0; i < spans.size(); ++i) {
@@ -735,6 +795,19 @@ void HostExecutable::run(const std::vector<Binding>& inputs, const std::vector<O
       continue;
     }
     dests[k].direct = !clash[k] && o.allow_direct;
+  }
+  // Destinations lent to the steps whose values the outputs view (ViewRoute): written then,
+  // earlier than the output's own step, so only memory no input of the program overlaps.
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const int32_t r = view_route_of_[outputs[k].node];
+    if (r < 0 || !dests[k].direct || reads_overlap[k] || dests[k].tensor.numel() == 0) continue;
+    const ViewRoute& route = view_routes_[static_cast<size_t>(r)];
+    if (first_dest[route.source] >= 0) continue;  // the source is an output itself, or lent already
+    at::Tensor lent = route.source_view(dests[k].tensor);
+    if (!lent.defined()) continue;
+    first_dest[route.source] = static_cast<int32_t>(dests.size());
+    dests.push_back({std::move(lent), true, true});
+    next_dest.push_back(-1);
   }
 
   set_last_failed_node(-1);

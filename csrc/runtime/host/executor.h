@@ -36,7 +36,10 @@
 // shape and overlaps neither an input binding the program reads (an op's unread `out=`
 // argument does not count) nor another destination is computed directly
 // into the destination (ATen `_out` variants, or a cluster's stores); any other output is
-// computed and then copied (copy_ converts the dtype).
+// computed and then copied (copy_ converts the dtype). An output that is a reshape / transpose
+// chain of a value some step computes (compiled graphs return reshaped activations and
+// transposed weight gradients) lends that step its destination, viewed back to the step's
+// shape (ViewRoute), so the step computes straight into it and the view needs no copy.
 // ATen is called with autograd and Python dispatch keys excluded, so user dispatch modes and
 // autograd never see the runtime's internal CPU ops.
 // Shared runs: a program of kMinSharedSteps or more steps is offered to threads blocked
@@ -92,6 +95,22 @@ class HostExecutable final : public Executable {
     std::vector<int32_t> release;            // values whose last use is this step
   };
 
+  // How an output that views a step's value reaches it: the output's destination, undone
+  // view by view (reshape back to the operand's shape, or the inverse permutation), is the
+  // step's value in the same memory. Used for a run only when the destination is written
+  // directly, overlaps no input, and the source has no destination of its own.
+  struct ViewRoute {
+    int32_t source = -1;  // the node whose step computes the viewed value
+    struct Undo {
+      bool reshape;               // false: permute
+      std::vector<int64_t> dims;  // the shape to view as, or the permutation
+    };
+    std::vector<Undo> undo;  // from the output back to the source
+    // The destination seen as the source's value, or an undefined tensor where a reshape
+    // cannot view it (the chain's layouts do not compose to the source's).
+    at::Tensor source_view(const at::Tensor& dest) const;
+  };
+
   struct RunState;
   class SharedRun;
   // Programs shorter than this always run their steps in order on the calling thread.
@@ -129,6 +148,8 @@ class HostExecutable final : public Executable {
   std::vector<int32_t> value_readers_;           // per node: how many steps read its value
   std::vector<int32_t> step_of_node_;            // per node: the step computing it (-1: a parameter or folded)
   std::vector<uint8_t> helper_may_run_;          // per step: small enough for the waiting thread
+  std::vector<int32_t> view_route_of_;           // per node: index into view_routes_ (-1: none)
+  std::vector<ViewRoute> view_routes_;
 };
 
 class HostRuntime final : public Runtime {

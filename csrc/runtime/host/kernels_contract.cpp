@@ -214,7 +214,10 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n) {
       at::Tensor lhs = v[l].permute(lperm).reshape({B, M, K}), rhs = v[r].permute(rperm).reshape({B, K, N});
       return at::bmm(lhs.to(at::kLong), rhs.to(at::kLong)).to(dtype).reshape(shape);
     }
-    const bool direct = out && out->is_contiguous() && out->scalar_type() == v[l].scalar_type();
+    // A transposed matrix destination (a weight gradient's [out, in] written as the product
+    // [in, out] transposed, ViewRoute in executor.h) is one BLAS can write in place too.
+    const bool transposed_out = out && B == 1 && out->dim() == 2 && out->stride(0) == 1 && out->stride(1) == M;
+    const bool direct = out && (out->is_contiguous() || transposed_out) && out->scalar_type() == v[l].scalar_type();
     at::Tensor result = direct ? *out : at::empty(shape, v[l].options());
     if (batched && batched_sgemm_in_place(result.view({B, M, N}), v[l].permute(lperm), v[r].permute(rperm))) {
       return result;
