@@ -30,12 +30,22 @@ struct NewTensorSpec {
   bool channels_last = false;
 };
 
+// A view of a binding's tensor, as traced: the view's sizes, strides and storage offset
+// (relative to the binding's), and the binding's sizes and strides it assumes.
+struct BindingView {
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+  std::vector<int64_t> base_sizes, base_strides;
+};
+
 // One ATen return: a new tensor, an argument's tensor (by binding), a list of those, or an
-// undefined tensor (a backward op's result disabled by its output_mask).
+// undefined tensor (a backward op's result disabled by its output_mask). Compiled graphs also
+// return views of their inputs (a saved `t(weight)`: torch_tpu/compile/lower_graph.py).
 struct ReturnSpec {
-  enum class Kind : uint8_t { New, Binding, List, Undefined } kind = Kind::New;
-  int32_t index = 0;  // New: new_tensors index; Binding: binding index
+  enum class Kind : uint8_t { New, Binding, List, Undefined, View } kind = Kind::New;
+  int32_t index = 0;              // New: new_tensors index; Binding, View: binding index
   std::vector<ReturnSpec> items;  // List
+  BindingView view;               // View
 };
 
 struct Program {

@@ -1,5 +1,6 @@
 #include "compiler/program_serialize.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <type_traits>
@@ -75,6 +76,13 @@ void put_return(Writer& w, const ReturnSpec& r) {
   w.put(r.index);
   w.put(static_cast<uint32_t>(r.items.size()));
   for (const auto& item : r.items) put_return(w, item);
+  if (r.kind == ReturnSpec::Kind::View) {
+    w.put_vec(r.view.sizes);
+    w.put_vec(r.view.strides);
+    w.put(r.view.offset);
+    w.put_vec(r.view.base_sizes);
+    w.put_vec(r.view.base_strides);
+  }
 }
 
 // Smallest encoded ReturnSpec: kind u8 + index i32 + item count u32.
@@ -84,14 +92,14 @@ ReturnSpec get_return(Reader& r, int depth, size_t bindings_bound, size_t new_co
   TPU_CHECK(depth <= kMaxReturnDepth, "program entry: returns nest deeper than ", kMaxReturnDepth);
   ReturnSpec spec;
   auto kind = r.get<uint8_t>("return kind");
-  TPU_CHECK(kind <= static_cast<uint8_t>(ReturnSpec::Kind::Undefined), "program entry: bad return kind ",
+  TPU_CHECK(kind <= static_cast<uint8_t>(ReturnSpec::Kind::View), "program entry: bad return kind ",
             static_cast<int>(kind));
   spec.kind = static_cast<ReturnSpec::Kind>(kind);
   spec.index = r.get<int32_t>("return index");
   if (spec.kind == ReturnSpec::Kind::New) {
     TPU_CHECK(spec.index >= 0 && static_cast<size_t>(spec.index) < new_count, "program entry: return index ",
               spec.index, " out of range");
-  } else if (spec.kind == ReturnSpec::Kind::Binding) {
+  } else if (spec.kind == ReturnSpec::Kind::Binding || spec.kind == ReturnSpec::Kind::View) {
     TPU_CHECK(spec.index >= 0 && static_cast<size_t>(spec.index) < bindings_bound, "program entry: bad binding ",
               spec.index);
   }
@@ -102,6 +110,22 @@ ReturnSpec get_return(Reader& r, int depth, size_t bindings_bound, size_t new_co
     spec.items.push_back(get_return(r, depth + 1, bindings_bound, new_count));
     TPU_CHECK(spec.items.back().kind == ReturnSpec::Kind::New || spec.items.back().kind == ReturnSpec::Kind::Binding,
               "program entry: a list return holds only new or argument tensors");
+  }
+  if (spec.kind == ReturnSpec::Kind::View) {
+    BindingView& v = spec.view;
+    v.sizes = r.get_vec<int64_t>("view sizes");
+    v.strides = r.get_vec<int64_t>("view strides");
+    v.offset = r.get<int64_t>("view offset");
+    v.base_sizes = r.get_vec<int64_t>("view base sizes");
+    v.base_strides = r.get_vec<int64_t>("view base strides");
+    auto non_negative = [](const std::vector<int64_t>& xs) {
+      return std::all_of(xs.begin(), xs.end(), [](int64_t x) { return x >= 0; });
+    };
+    // The view's bounds are checked against the tensor's storage when it is taken (as_strided).
+    TPU_CHECK(v.sizes.size() == v.strides.size() && v.base_sizes.size() == v.base_strides.size() &&
+                  non_negative(v.sizes) && non_negative(v.strides) && non_negative(v.base_sizes) &&
+                  non_negative(v.base_strides),
+              "program entry: bad view return");
   }
   return spec;
 }

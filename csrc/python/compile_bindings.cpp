@@ -44,13 +44,27 @@ namespace py = pybind11;
 namespace torch_tpu::python {
 namespace {
 
-// One result of the FX graph: a new tensor of the program, an input passed through, or a
-// Python constant (None, an int) the graph returns as is.
+// One result of the FX graph: a new tensor of the program, an input passed through, a view of
+// an input, or a Python constant (None, an int) the graph returns as is.
 struct GraphReturn {
-  enum class Kind : uint8_t { New, Input, Constant } kind = Kind::New;
+  enum class Kind : uint8_t { New, Input, InputView, Constant } kind = Kind::New;
   int32_t index = 0;
   py::object constant;
+  compiler::BindingView view;  // InputView
 };
+
+// The traced view of input `base`. An input laid out otherwise than traced (a saved tensor an
+// earlier graph returned in another layout) is first copied into the traced layout: the view
+// then has the traced values, without the aliasing.
+at::Tensor input_view(const at::Tensor& base, const compiler::BindingView& v, int32_t index) {
+  TPU_CHECK(base.defined() && base.sizes().equals(v.base_sizes), "compiled graph: input ", index,
+            " is not the tensor its returned view was traced on");
+  if (base.strides().equals(v.base_strides))
+    return base.as_strided(v.sizes, v.strides, base.storage_offset() + v.offset);
+  at::Tensor copy = at::empty_strided(v.base_sizes, v.base_strides, base.options());
+  copy.copy_(base);
+  return copy.as_strided(v.sizes, v.strides, v.offset);
+}
 
 class CompiledGraph {
  public:
@@ -89,11 +103,15 @@ class CompiledGraph {
         g.index = t[1].cast<int32_t>();
         TPU_CHECK_VALUE(g.index >= 0 && g.index < new_count, "compiled graph: return of new tensor ", g.index,
                         " out of range");
-      } else if (kind == "i") {
-        g.kind = GraphReturn::Kind::Input;
+      } else if (kind == "i" || kind == "v") {
+        g.kind = kind == "i" ? GraphReturn::Kind::Input : GraphReturn::Kind::InputView;
         g.index = t[1].cast<int32_t>();
         TPU_CHECK_VALUE(g.index >= 0 && g.index < num_inputs, "compiled graph: returned input ", g.index,
                         " out of range");
+        if (kind == "v") {
+          g.view = {t[2].cast<std::vector<int64_t>>(), t[3].cast<std::vector<int64_t>>(), t[4].cast<int64_t>(),
+                    t[5].cast<std::vector<int64_t>>(), t[6].cast<std::vector<int64_t>>()};
+        }
       } else {
         g.kind = GraphReturn::Kind::Constant;
         g.constant = py::reinterpret_borrow<py::object>(t[1]);
@@ -224,6 +242,9 @@ class CompiledGraph {
       switch (r.kind) {
         case GraphReturn::Kind::New: out.append(py::cast(news[static_cast<size_t>(r.index)])); break;
         case GraphReturn::Kind::Input: out.append(inputs[static_cast<size_t>(r.index)]); break;
+        case GraphReturn::Kind::InputView:
+          out.append(py::cast(input_view(tensors[static_cast<size_t>(r.index)], r.view, r.index)));
+          break;
         case GraphReturn::Kind::Constant: out.append(r.constant); break;
       }
     }
@@ -252,8 +273,10 @@ class CompiledGraph {
           g.kind = GraphReturn::Kind::New;
           break;
         case compiler::ReturnSpec::Kind::Binding:
+        case compiler::ReturnSpec::Kind::View:
           TORCH_CHECK(r.index >= 0 && r.index < num_inputs, "compiled graph entry: input ", r.index, " out of range");
-          g.kind = GraphReturn::Kind::Input;
+          g.kind = r.kind == compiler::ReturnSpec::Kind::View ? GraphReturn::Kind::InputView : GraphReturn::Kind::Input;
+          g.view = r.view;
           break;
         case compiler::ReturnSpec::Kind::Undefined:
           g.kind = GraphReturn::Kind::Constant;
@@ -273,6 +296,10 @@ class CompiledGraph {
     switch (g.kind) {
       case GraphReturn::Kind::New: r.kind = compiler::ReturnSpec::Kind::New; break;
       case GraphReturn::Kind::Input: r.kind = compiler::ReturnSpec::Kind::Binding; break;
+      case GraphReturn::Kind::InputView:
+        r.kind = compiler::ReturnSpec::Kind::View;
+        r.view = g.view;
+        break;
       case GraphReturn::Kind::Constant:
         r.kind = compiler::ReturnSpec::Kind::Undefined;
         if (!g.constant.is_none()) storable_ = false;

@@ -166,6 +166,29 @@ def test_conv_training_saves_activations_channels_last():
         _close(p.grad.cpu(), q.grad, 1e-4)
 
 
+def test_saved_views_of_weights_alias_the_weights():
+    """The forward saves ``t(weight)`` of each linear layer for the backward. It returns those as
+    views of the weights, as eager autograd saves them, rather than as copies made every step
+    (lower_graph.py, _input_view); the gradients match eager."""
+    torch.manual_seed(0)
+    base = TinyGPT(vocab=32, dim=16, heads=2, layers=1, ctx=8)
+    x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
+    ref = copy.deepcopy(base)
+    ref(x, y)[1].backward()
+    dev = copy.deepcopy(base).to(DEV)
+    saved: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        _, loss = torch.compile(dev, backend="tpu")(x.to(DEV), y.to(DEV))
+    loss.backward()
+    weights = {p.untyped_storage().data_ptr(): k for k, p in dev.named_parameters() if k.endswith("weight")}
+    aliased = {weights.get(t.untyped_storage().data_ptr()) for t in saved} - {None}
+    linear = {"blocks.0.attn.qkv.weight", "blocks.0.attn.proj.weight", "blocks.0.mlp.0.weight",
+              "blocks.0.mlp.2.weight", "tok.weight"}  # the head shares tok.weight
+    assert linear <= aliased, sorted(aliased)
+    for (k, p), (_, q) in zip(dev.named_parameters(), ref.named_parameters()):
+        _close(p.grad.cpu(), q.grad, 1e-4)
+
+
 def test_graph_break_gives_correct_results():
     def f(x):
         y = torch.relu(x) * 2

@@ -43,6 +43,8 @@ Program sample_program() {
   p.returns.push_back(ReturnSpec{ReturnSpec::Kind::New, 0, {}});
   p.returns.push_back(list);
   p.returns.push_back(ReturnSpec{ReturnSpec::Kind::Undefined, 0, {}});
+  // A transposed view of binding 0, one row down: [3, 1] of the [2, 3] binding.
+  p.returns.push_back(ReturnSpec{ReturnSpec::Kind::View, 0, {}, {{3, 1}, {1, 3}, 3, {2, 3}, {3, 1}}});
   p.rng_counters = 7;
   p.baked_scalars = true;
   return p;
@@ -53,6 +55,11 @@ void expect_same_returns(const ReturnSpec& a, const ReturnSpec& b) {
   EXPECT_EQ(a.index, b.index);
   ASSERT_EQ(a.items.size(), b.items.size());
   for (size_t i = 0; i < a.items.size(); ++i) expect_same_returns(a.items[i], b.items[i]);
+  EXPECT_EQ(a.view.sizes, b.view.sizes);
+  EXPECT_EQ(a.view.strides, b.view.strides);
+  EXPECT_EQ(a.view.offset, b.view.offset);
+  EXPECT_EQ(a.view.base_sizes, b.view.base_sizes);
+  EXPECT_EQ(a.view.base_strides, b.view.base_strides);
 }
 
 fs::path only_entry(const std::string& dir) {
@@ -82,8 +89,8 @@ TEST(ProgramSerialize, RoundTrip) {
   EXPECT_FALSE(q.new_tensors[0].channels_last);
   EXPECT_EQ(q.new_tensors[1].shape, (std::vector<int64_t>{1, 2, 2, 3}));
   EXPECT_TRUE(q.new_tensors[1].channels_last);
-  ASSERT_EQ(q.returns.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) expect_same_returns(q.returns[i], p.returns[i]);
+  ASSERT_EQ(q.returns.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) expect_same_returns(q.returns[i], p.returns[i]);
   EXPECT_EQ(q.rng_counters, 7u);
   EXPECT_TRUE(q.baked_scalars);
   EXPECT_EQ(output_nodes(q), (std::vector<int32_t>{3, 3}));

@@ -52,7 +52,9 @@ class LoweredGraph:
 
     nodes: list[tuple]
     outputs: list[tuple[int, int]]  # (node id, -1: new tensor | input index it is written into)
-    returns: list[tuple]  # ("n", new k) | ("i", input i) | ("c", constant)
+    # ("n", new k) | ("i", input i) | ("c", constant) |
+    # ("v", input i, sizes, strides, storage offset from the input's, input sizes, input strides)
+    returns: list[tuple]
     rng_counters: int
     num_inputs: int
     ops: list[str] = field(default_factory=list)  # distinct op names, for diagnostics
@@ -216,6 +218,34 @@ def _check_meta(name: str, node: fx.Node, got) -> None:
                 raise Unsupported(name, f"lowered to {g.dtype}{list(g.shape)}, traced {w.dtype}{list(w.shape)}")
 
 
+def _input_view(r: fx.Node, env: dict, param_input: dict[int, int], mutated: dict[int, Value]) -> tuple | None:
+    """A ("v", ...) return when output r is a chain of ATen views of a tpu input, else None.
+
+    AOTAutograd's forward returns such views as saved activations (``t(weight)`` for every
+    linear layer's backward); returned as views, they cost neither a copy per step nor a second
+    copy of the weights in memory, and alias the input as they do in eager mode. An input the
+    graph mutates is excluded: the view must show the value before the mutation.
+    """
+    n = r
+    while n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target.is_view:
+        n = n.args[0]
+        if not isinstance(n, fx.Node):
+            return None
+    base = env.get(n) if n is not r and n.op == "placeholder" else None
+    if not isinstance(base, Value) or base.id not in param_input or param_input[base.id] in mutated:
+        return None
+    out_val, base_val = r.meta.get("val"), n.meta.get("val")
+    if not (isinstance(out_val, torch.Tensor) and isinstance(base_val, torch.Tensor)) or \
+            out_val.dtype != base_val.dtype or base_val.device.type != "tpu":
+        return None
+    geometry = (*out_val.shape, *out_val.stride(), out_val.storage_offset(), base_val.storage_offset(),
+                *base_val.shape, *base_val.stride())
+    if any(isinstance(x, torch.SymInt) for x in geometry):  # traced with symbolic sizes: keep the copy
+        return None
+    return ("v", param_input[base.id], list(out_val.shape), list(out_val.stride()),
+            out_val.storage_offset() - base_val.storage_offset(), list(base_val.shape), list(base_val.stride()))
+
+
 def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int, int], mutated: dict[int, Value],
             num_inputs: int, ops: list[str]) -> LoweredGraph:
     outputs: list[tuple[int, int]] = []
@@ -227,6 +257,10 @@ def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int
         if isinstance(v, Value):
             if v.id in param_input:
                 returns.append(("i", param_input[v.id]))
+                continue
+            view = _input_view(r, env, param_input, mutated)
+            if view is not None:
+                returns.append(view)
                 continue
             if v.id not in new_of:
                 new_of[v.id] = len(new_of)
