@@ -6,6 +6,8 @@ One process runs every variant of each workload (TinyGPT training step and infer
 SmallResNet training step and inference) and prints steps/s and ratios:
   compiled   model on tpu, torch.compile(model, backend="tpu") (forward+backward programs;
              the AdamW step runs eagerly in strict mode)
+  compiled+opt  the same, and the AdamW step compiled too (torch.compile(opt.step,
+             backend="tpu"): one program for every parameter's update); training only
   fused      the same model and step in fused eager mode (TORCH_TPU_MODE=fused)
   strict     the same in strict eager mode
   cpu        native PyTorch CPU eager
@@ -44,7 +46,7 @@ import torch.nn.functional as F
 import torch_tpu
 from torch_tpu.models import SmallResNet, TinyGPT, synthetic_text
 
-VARIANTS = ("compiled", "fused", "strict", "cpu", "inductor")
+VARIANTS = ("compiled", "compiled+opt", "fused", "strict", "cpu", "inductor")
 BATCH_GPT, CTX, VOCAB = 8, 32, 128
 BATCH_CNN = 8
 
@@ -77,12 +79,13 @@ def setup_variant(variant: str, model: str, train: bool) -> tuple[Callable[[], o
     m = (_gpt() if model == "gpt" else _resnet()).to(device)
     m.train(train)
     fwd: Callable = m
-    if variant == "compiled":
+    if variant in ("compiled", "compiled+opt"):
         fwd = torch.compile(m, backend="tpu")
     elif variant == "inductor":
         fwd = torch.compile(m, backend="inductor")
     data = _data(model, 4, device)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3) if train else None
+    opt_step = torch.compile(opt.step, backend="tpu") if opt is not None and variant == "compiled+opt" else None
     i = [0]
     mode = {"fused": "fused"}.get(variant, "strict")
 
@@ -94,7 +97,7 @@ def setup_variant(variant: str, model: str, train: bool) -> tuple[Callable[[], o
                 loss = _loss(model, fwd, x, y)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                opt.step()
+                (opt_step or opt.step)()
                 return loss
             with torch.no_grad():
                 return fwd(x, y)[0] if model == "gpt" else fwd(x)
@@ -195,13 +198,15 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f} at start")
     for model in args.models.split(","):
         for train in (True, False):
-            sps, cpu = throughput(model, train, variants, args.steps, args.rounds)
+            run = [v for v in variants if train or v != "compiled+opt"]
+            sps, cpu = throughput(model, train, run, args.steps, args.rounds)
             what = f"{'TinyGPT' if model == 'gpt' else 'SmallResNet'} {'training step' if train else 'inference'}"
             print(f"{what}: " + ", ".join(f"{v} {s:.1f}/s" for v, s in sps.items()))
-            ratios = [f"compiled/{v} {sps['compiled'] / sps[v]:.2f}x" for v in variants if v != "compiled"]
-            print("  " + ", ".join(ratios))
+            for c in ("compiled", "compiled+opt")[:2 if train else 1]:
+                ratios = [f"{c}/{v} {sps[c] / sps[v]:.2f}x" for v in run if not v.startswith("compiled")]
+                print("  " + ", ".join(ratios))
             print("  CPU ms/step: " + ", ".join(f"{v} {c:.1f}" for v, c in cpu.items()))
-            ratios = [f"compiled/{v} {cpu[v] / cpu['compiled']:.2f}x" for v in variants if v != "compiled"]
+            ratios = [f"compiled/{v} {cpu[v] / cpu['compiled']:.2f}x" for v in run if v != "compiled"]
             print("  CPU-time throughput " + ", ".join(ratios))
             torch._dynamo.reset()
         if not args.skip_compile_time:

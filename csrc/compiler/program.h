@@ -20,6 +20,9 @@ struct OutputSpec {
   int32_t node = 0;
   int32_t target = -1;     // >= 0: write into the tensor of this binding; -1: a new tensor
   int32_t new_index = -1;  // for target == -1: index into Program::new_tensors
+  // For target >= 0 in compiled graphs: the program reads the binding after writing it, so it
+  // is bound as a copy (Binding::snapshot). Per-op programs decide per call (exec/dispatch.cpp).
+  bool snapshot = true;
 };
 
 struct NewTensorSpec {
@@ -54,6 +57,10 @@ struct Program {
   std::vector<OutputSpec> outputs;
   std::vector<NewTensorSpec> new_tensors;
   std::vector<ReturnSpec> returns;
+  // Compiled graphs only: values written into the CPU 0-d tensors the graph mutates (an
+  // optimizer's step counts), which depend on scalar bindings alone: a host run computes them
+  // before the program starts (csrc/python/compile_bindings.cpp). target: the binding.
+  std::vector<OutputSpec> host_outputs;
   uint64_t rng_counters = 0;  // Philox counters consumed per run (0: no randomness)
   // Small enough that handing it to a stream worker costs more than running it: strict mode
   // runs such a program on the calling thread when its stream is idle (same order, same result).

@@ -149,6 +149,7 @@ std::string serialize_program(const Program& p) {
     w.put(o.node);
     w.put(o.target);
     w.put(o.new_index);
+    w.put(static_cast<uint8_t>(o.snapshot));
   }
   w.put(static_cast<uint32_t>(p.new_tensors.size()));
   for (const auto& t : p.new_tensors) {
@@ -158,6 +159,11 @@ std::string serialize_program(const Program& p) {
   }
   w.put(static_cast<uint32_t>(p.returns.size()));
   for (const auto& r : p.returns) put_return(w, r);
+  w.put(static_cast<uint32_t>(p.host_outputs.size()));
+  for (const auto& o : p.host_outputs) {
+    w.put(o.node);
+    w.put(o.target);
+  }
   w.put(p.rng_counters);
   w.put(static_cast<uint8_t>(p.baked_scalars));
   return w.take();
@@ -188,12 +194,15 @@ Program deserialize_program(std::string_view bytes) {
     n.fattrs = r.get_vec<double>("fattrs");
     p.graph.add(std::move(n));
   }
-  size_t outputs = r.count(12, "output");
+  size_t outputs = r.count(13, "output");
   for (size_t i = 0; i < outputs; ++i) {
     OutputSpec o;
     o.node = r.get<int32_t>("output node");
     o.target = r.get<int32_t>("output target");
     o.new_index = r.get<int32_t>("output new index");
+    const auto snapshot = r.get<uint8_t>("output snapshot flag");
+    TPU_CHECK(snapshot <= 1, "program entry: bad output snapshot flag");
+    o.snapshot = snapshot != 0;
     TPU_CHECK(o.node >= 0 && o.node < p.graph.size(), "program entry: output node %", o.node, " out of range");
     TPU_CHECK(o.target >= -1, "program entry: bad output target ", o.target);
     TPU_CHECK(o.target >= 0 || o.new_index >= 0, "program entry: output without a destination");
@@ -227,6 +236,14 @@ Program deserialize_program(std::string_view bytes) {
   // here only against int32's range.
   for (size_t i = 0; i < returns; ++i) {
     p.returns.push_back(get_return(r, 0, static_cast<size_t>(INT32_MAX), p.new_tensors.size()));
+  }
+  size_t host_outputs = r.count(8, "host output");
+  for (size_t i = 0; i < host_outputs; ++i) {
+    OutputSpec o;
+    o.node = r.get<int32_t>("host output node");
+    o.target = r.get<int32_t>("host output target");
+    TPU_CHECK(o.node >= 0 && o.node < p.graph.size() && o.target >= 0, "program entry: bad host output");
+    p.host_outputs.push_back(o);
   }
   p.rng_counters = r.get<uint64_t>("rng counters");
   auto baked = r.get<uint8_t>("baked flag");

@@ -8,9 +8,10 @@
 // Format (host byte order, which the disk cache's directory version pins implicitly: entries
 // are private to one user on one machine): a 4-byte tag "TPP1", then the graph (node count;
 // per node kind u8, dtype i8, shape, operands, iattrs, fattrs, each a u32 count then values),
-// outputs, new tensors (dtype, shape, channels-last flag u8), returns (recursive, lists nest at most kMaxReturnDepth
-// deep; a view return then has its sizes, strides, offset, base sizes and base strides), the rng counter count (u64)
-// and the baked flag (u8). Bump kProgramFormatVersion on any change.
+// outputs (node, target, new index, snapshot flag u8), new tensors (dtype, shape, channels-last flag u8), returns
+// (recursive, lists nest at most kMaxReturnDepth deep; a view return then has its sizes, strides, offset, base sizes
+// and base strides), host outputs (node, target), the rng counter count (u64) and the baked flag (u8). Bump
+// kProgramFormatVersion on any change.
 //
 // Deserialization trusts nothing: every count is checked against the bytes left (so no input
 // can make it allocate more than its own size), every enum and index is range-checked, and the

@@ -62,7 +62,9 @@ void set_compile_hook(CompileHook hook);
 runtime::Runtime& selected_runtime();
 
 // Compiles a deserialized graph into a Program (verifier, runtime compile). Used by the hook.
-void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes);
+// `memory`, when given, says which bindings and outputs may share memory (runtime.h).
+void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes,
+                    const runtime::MemoryClasses* memory = nullptr);
 
 // A tensor binding over t's memory (address of element [0,...,0], sizes and strides).
 runtime::Binding tensor_binding(const at::Tensor& t);

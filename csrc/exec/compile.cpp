@@ -24,10 +24,12 @@ runtime::Runtime& selected_runtime() {
   return *rt;
 }
 
-void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes) {
+void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes,
+                    const runtime::MemoryClasses* memory) {
   static const bool always_verify = config::get_bool("TORCH_TPU_VERIFY");
   if (always_verify || mode() == Mode::Debug) ir::verify(program.graph);
-  program.executable = selected_runtime().compile(program.graph, output_nodes);
+  program.executable = memory ? selected_runtime().compile_with_memory(program.graph, output_nodes, *memory)
+                              : selected_runtime().compile(program.graph, output_nodes);
   // Lowerings declare a parameter for every tensor argument; only those some node (or an
   // output) uses are reads. Fused mode loads (and keeps alive) just those.
   std::vector<uint8_t> used(static_cast<size_t>(program.graph.size()), 0);

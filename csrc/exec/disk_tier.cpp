@@ -28,6 +28,7 @@ void check_bindings(const compiler::Program& p, size_t bindings) {
     for (const auto& item : r.items) check(item);
   };
   for (const auto& r : p.returns) check(r);
+  TORCH_CHECK(p.host_outputs.empty(), "host outputs in a per-op program");
 }
 
 std::mutex g_fingerprints_mutex;

@@ -14,6 +14,7 @@
 // ATen graph's code and input signature; compile/backend.py) packed 8 bytes per key word behind
 // a tag word, so two graphs never share an entry (key words are compared exactly). A graph that
 // returns a Python number other than None is not stored (ReturnSpec cannot describe it).
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
@@ -38,6 +39,7 @@
 #include "ir/verifier.h"
 #include "python/bindings.h"
 #include "python/ir_convert.h"
+#include "runtime/runtime.h"
 
 namespace py = pybind11;
 
@@ -68,9 +70,11 @@ at::Tensor input_view(const at::Tensor& base, const compiler::BindingView& v, in
 
 class CompiledGraph {
  public:
-  // channels_last: indices of new tensors to allocate channels-last (4-d ones only).
+  // channels_last: indices of new tensors to allocate channels-last (4-d ones only);
+  // host_outputs: (node, input) pairs, the new values of mutated CPU scalar inputs.
   CompiledGraph(const py::list& nodes, const py::list& outputs, const py::list& returns, uint64_t rng_counters,
-                int32_t num_inputs, const std::vector<int32_t>& channels_last)
+                int32_t num_inputs, const std::vector<int32_t>& channels_last,
+                const std::vector<std::pair<int32_t, int32_t>>& host_outputs)
       : prog_(std::make_shared<compiler::Program>()), num_inputs_(num_inputs), snapshot_(num_inputs, 0) {
     prog_->graph = graph_from_python(nodes);
     std::vector<int32_t> output_nodes;
@@ -80,6 +84,7 @@ class CompiledGraph {
       compiler::OutputSpec spec;
       spec.node = t[0].cast<int32_t>();
       spec.target = t[1].cast<int32_t>();
+      if (t.size() > 2) spec.snapshot = t[2].cast<bool>();
       TPU_CHECK_VALUE(spec.node >= 0 && spec.node < prog_->graph.size(), "compiled graph: output node ", spec.node,
                       " out of range");
       if (spec.target < 0) {
@@ -88,8 +93,7 @@ class CompiledGraph {
         prog_->new_tensors.push_back({static_cast<c10::ScalarType>(node.dtype), node.shape});
       } else {
         TPU_CHECK_VALUE(spec.target < num_inputs, "compiled graph: mutated input ", spec.target, " out of range");
-        // The program writes this input while other nodes may still read it: bind a copy.
-        snapshot_[static_cast<size_t>(spec.target)] = 1;
+        snapshot_[static_cast<size_t>(spec.target)] = spec.snapshot ? kAlways : kUnlessAliased;
       }
       prog_->outputs.push_back(spec);
       output_nodes.push_back(spec.node);
@@ -124,9 +128,14 @@ class CompiledGraph {
       auto& spec = prog_->new_tensors[static_cast<size_t>(k)];
       spec.channels_last = spec.shape.size() == 4;
     }
+    for (auto [node, target] : host_outputs) {
+      TPU_CHECK_VALUE(node >= 0 && node < prog_->graph.size() && target >= 0 && target < num_inputs,
+                      "compiled graph: bad host output (", node, ", ", target, ")");
+      prog_->host_outputs.push_back({node, target, -1});
+    }
     prog_->rng_counters = rng_counters;
     py::gil_scoped_release no_gil;
-    exec::finish_program(*prog_, output_nodes);
+    finish();
   }
 
   // The graph stored under key_text by an earlier process, compiled and ready; None on a miss,
@@ -146,7 +155,7 @@ class CompiledGraph {
       CompiledGraph g(prog, num_inputs);
       py::gil_scoped_release no_gil;
       ir::verify(prog->graph);
-      exec::finish_program(*prog, compiler::output_nodes(*prog));
+      g.finish();
       return g;
     } catch (const std::exception& e) {
       std::string why = e.what();
@@ -191,7 +200,7 @@ class CompiledGraph {
           TPU_CHECK(t.device().index() == device, "compiled graph: inputs on tpu:", static_cast<int>(device),
                     " and tpu:", static_cast<int>(t.device().index()));
           b = exec::tensor_binding(t);
-          b.snapshot = snapshot_[i] != 0;
+          b.snapshot = snapshot_[i] == kAlways;
         } else {
           TPU_CHECK(t.dim() == 0 && t.device().is_cpu(), "compiled graph: input ", i, " is on ", t.device().str(),
                     "; expected a tpu tensor");
@@ -213,6 +222,12 @@ class CompiledGraph {
       tensors.push_back(std::move(t));
     }
     if (!device_known) device = device::current();
+    // Written inputs sharing storage with other inputs: the memory classes do not hold.
+    const std::shared_ptr<compiler::Program>& prog =
+        writes_inputs_ && snapshot_shared(tensors, bindings) ? conservative() : prog_;
+    std::vector<at::Tensor> host_tensors;
+    std::vector<runtime::OutputTarget> host_outputs;
+    if (host_exe_) host_outputs = host_targets(inputs, bindings, host_tensors);
     std::vector<at::Tensor> news;
     {
       py::gil_scoped_release no_gil;
@@ -234,7 +249,8 @@ class CompiledGraph {
           outputs.push_back(runtime::OutputTarget{o.node, exec::tensor_binding(t)});
         }
       }
-      exec::launch_program(prog_, bindings, std::move(outputs), tensors, news, rng, device);
+      if (host_exe_) host_exe_->run(bindings, host_outputs, {});
+      exec::launch_program(prog, bindings, std::move(outputs), tensors, news, rng, device);
     }
     ++calls_;
     py::list out;
@@ -252,6 +268,36 @@ class CompiledGraph {
   }
 
   uint64_t calls() const { return calls_; }
+
+  // Compiles the program (and the host outputs' program): once the graph is verified.
+  void finish() {
+    note_aliasing();
+    // Inputs are distinct tensors and new tensors fresh memory: one memory class each, so the
+    // host executor keeps independent per-parameter chains (an optimizer step's) fused across
+    // each other's writes. Inputs that share memory at run time take conservative() instead.
+    runtime::MemoryClasses memory;
+    for (int32_t i = 0; i < num_inputs_; ++i) memory.bindings.push_back(i);
+    int32_t fresh = num_inputs_;
+    for (const auto& o : prog_->outputs) memory.outputs.emplace_back(o.node, o.target >= 0 ? o.target : fresh++);
+    exec::finish_program(*prog_, compiler::output_nodes(*prog_), &memory);
+    if (prog_->host_outputs.empty()) return;
+    std::vector<int32_t> nodes;
+    for (const auto& o : prog_->host_outputs) {
+      TORCH_CHECK(o.target < num_inputs_, "compiled graph: host output target ", o.target, " out of range");
+      nodes.push_back(o.node);
+    }
+    host_exe_ = runtime::host_runtime().compile(prog_->graph, nodes);
+    // The bindings that run reads: each must be a scalar (a CPU tensor's value), checked per run.
+    std::vector<uint8_t> needed(static_cast<size_t>(prog_->graph.size()), 0);
+    for (int32_t n : nodes) needed[static_cast<size_t>(n)] = 1;
+    for (int32_t i = prog_->graph.size() - 1; i >= 0; --i) {
+      if (!needed[static_cast<size_t>(i)]) continue;
+      const ir::Node& node = prog_->graph.node(i);
+      if (node.kind == ir::OpKind::kParameter) host_reads_.push_back(static_cast<int32_t>(node.iattrs.at(0)));
+      for (int32_t o : node.operands) needed[static_cast<size_t>(o)] = 1;
+    }
+  }
+
   int32_t num_nodes() const { return prog_->graph.size(); }
   std::string describe() const { return prog_->executable->describe(); }
 
@@ -263,7 +309,7 @@ class CompiledGraph {
     const int32_t new_count = static_cast<int32_t>(prog_->new_tensors.size());
     for (const auto& o : prog_->outputs) {
       TORCH_CHECK(o.target < num_inputs, "compiled graph entry: output target ", o.target, " out of range");
-      if (o.target >= 0) snapshot_[static_cast<size_t>(o.target)] = 1;
+      if (o.target >= 0) snapshot_[static_cast<size_t>(o.target)] = o.snapshot ? kAlways : kUnlessAliased;
     }
     for (const auto& r : prog_->returns) {
       GraphReturn g;
@@ -308,6 +354,73 @@ class CompiledGraph {
     return r;
   }
 
+  // Where the new values of the CPU scalars the graph mutates go (tensors keeps them alive).
+  // A host run on the calling thread writes them before the program is enqueued; their old
+  // values are in the bindings already (read by value), so nobody waits for the device.
+  std::vector<runtime::OutputTarget> host_targets(const py::list& inputs, const std::vector<runtime::Binding>& bindings,
+                                                  std::vector<at::Tensor>& tensors) const {
+    for (int32_t b : host_reads_) {
+      TPU_CHECK(b >= 0 && static_cast<size_t>(b) < bindings.size() &&
+                    bindings[static_cast<size_t>(b)].kind == runtime::Binding::Kind::Scalar,
+                "compiled graph: a CPU scalar it writes depends on input ", b, ", which is not a scalar");
+    }
+    std::vector<runtime::OutputTarget> targets;
+    for (const auto& o : prog_->host_outputs) {
+      py::handle h = inputs[static_cast<size_t>(o.target)];
+      TPU_CHECK(THPVariable_Check(h.ptr()), "compiled graph: input ", o.target, " it writes is not a tensor");
+      at::Tensor t = THPVariable_Unpack(h.ptr());
+      TPU_CHECK(t.device().is_cpu() && t.sizes().equals(prog_->graph.node(o.node).shape), "compiled graph: input ",
+                o.target, " it writes is not the CPU tensor it was traced with");
+      targets.push_back(runtime::OutputTarget{o.node, exec::tensor_binding(t)});
+      tensors.push_back(std::move(t));
+    }
+    return targets;
+  }
+
+  // The program compiled knowing nothing about which memory its inputs share (built at the
+  // first call whose written inputs share storage with other inputs).
+  const std::shared_ptr<compiler::Program>& conservative() {
+    if (!conservative_) {
+      auto p = std::make_shared<compiler::Program>();
+      p->graph = prog_->graph;
+      p->outputs = prog_->outputs;
+      p->new_tensors = prog_->new_tensors;
+      p->returns = prog_->returns;
+      p->host_outputs = prog_->host_outputs;
+      p->rng_counters = prog_->rng_counters;
+      p->baked_scalars = prog_->baked_scalars;
+      exec::finish_program(*p, compiler::output_nodes(*p));
+      conservative_ = std::move(p);
+    }
+    return conservative_;
+  }
+
+  // Binds a copy of each written input (kUnlessAliased) whose storage another input shares;
+  // true when some written input shares storage with another input.
+  bool snapshot_shared(const std::vector<at::Tensor>& tensors, std::vector<runtime::Binding>& bindings) const {
+    c10::SmallVector<std::pair<const void*, int32_t>, 64> storages;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].defined()) storages.emplace_back(tensors[i].storage().data(), static_cast<int32_t>(i));
+    }
+    std::sort(storages.begin(), storages.end());
+    bool shared = false;
+    for (size_t a = 0; a < storages.size();) {
+      size_t z = a + 1;
+      while (z < storages.size() && storages[z].first == storages[a].first) ++z;
+      for (size_t k = a; z - a > 1 && k < z; ++k) {
+        const auto i = static_cast<size_t>(storages[k].second);
+        if (snapshot_[i] == kUnlessAliased) bindings[i].snapshot = true;
+        shared = shared || snapshot_[i] != kNever;
+      }
+      a = z;
+    }
+    return shared;
+  }
+
+  void note_aliasing() {
+    writes_inputs_ = std::any_of(snapshot_.begin(), snapshot_.end(), [](uint8_t s) { return s != kNever; });
+  }
+
   // Tag word, byte count, then the key text 8 bytes per word (zero-padded).
   static std::vector<int64_t> disk_key(const std::string& text) {
     static const std::string kTag = "torch_tpu compiled graph 1";
@@ -338,8 +451,16 @@ class CompiledGraph {
 
   std::shared_ptr<compiler::Program> prog_;
   int32_t num_inputs_;
-  std::vector<uint8_t> snapshot_;  // per input: bind a copy (the program also writes it)
+  // Per input: whether to bind a copy. A written input the program reads after the write is
+  // always copied (lower_graph.py, _needs_snapshot); one it does not is copied only when
+  // another input shares its memory (which the analysis cannot see).
+  enum Snapshot : uint8_t { kNever, kAlways, kUnlessAliased };
+  std::vector<uint8_t> snapshot_;
+  bool writes_inputs_ = false;  // some input is written (not kNever)
+  std::shared_ptr<compiler::Program> conservative_;
   std::vector<GraphReturn> returns_;
+  std::shared_ptr<runtime::Executable> host_exe_;  // computes host_outputs (null: none)
+  std::vector<int32_t> host_reads_;                // bindings host_exe_ reads
   bool storable_ = true;
   uint64_t calls_ = 0;
 };
@@ -372,10 +493,11 @@ void init_compile_bindings(py::module_& m) {
         py::arg("fingerprint"),
         "Keys an op's programs in the disk tier by its user lowering's code (schema overload name: '' for default).");
   py::class_<CompiledGraph>(m, "_CompiledGraph", "One FX graph compiled as one program (torch.compile(backend='tpu')).")
-      .def(
-          py::init<const py::list&, const py::list&, const py::list&, uint64_t, int32_t, const std::vector<int32_t>&>(),
-          py::arg("nodes"), py::arg("outputs"), py::arg("returns"), py::arg("rng_counters"), py::arg("num_inputs"),
-          py::arg("channels_last") = std::vector<int32_t>{})
+      .def(py::init<const py::list&, const py::list&, const py::list&, uint64_t, int32_t, const std::vector<int32_t>&,
+                    const std::vector<std::pair<int32_t, int32_t>>&>(),
+           py::arg("nodes"), py::arg("outputs"), py::arg("returns"), py::arg("rng_counters"), py::arg("num_inputs"),
+           py::arg("channels_last") = std::vector<int32_t>{},
+           py::arg("host_outputs") = std::vector<std::pair<int32_t, int32_t>>{})
       .def("run", &CompiledGraph::run, py::arg("inputs"))
       .def_static("load", &CompiledGraph::load, py::arg("key"), py::arg("num_inputs"),
                   "The graph an earlier process stored under key (disk tier), or None.")

@@ -121,7 +121,8 @@ def _program(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = Non
         # A value also returned to the user (the same node, or an alias of it) keeps its layout.
         visible = {r[1] for r in lg.returns[:saved_start or 0] if r[0] == "n"}
         news = sorted({lg.returns[i][1] for i in channels_last if lg.returns[i][0] == "n"} - visible)
-        prog = _C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs, news)
+        prog = _C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs, news,
+                                 lg.host_outputs)
         if disk_key is not None:
             prog.store(disk_key)
         counters().graphs_compiled += 1

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from ..ir.builder import GraphBuilder, Value
+from ..ir.builder import OP_ID, GraphBuilder, Value
 from ..lowering.apply import apply_lowering, normalize_args
 
 aten = torch.ops.aten
@@ -51,13 +51,17 @@ class LoweredGraph:
     """What ``torch_tpu._C._CompiledGraph`` takes: see csrc/python/compile_bindings.cpp."""
 
     nodes: list[tuple]
-    outputs: list[tuple[int, int]]  # (node id, -1: new tensor | input index it is written into)
+    # (node id, -1: new tensor | input index it is written into[, whether that input is bound as a copy])
+    outputs: list[tuple]
     # ("n", new k) | ("i", input i) | ("c", constant) |
     # ("v", input i, sizes, strides, storage offset from the input's, input sizes, input strides)
     returns: list[tuple]
     rng_counters: int
     num_inputs: int
     ops: list[str] = field(default_factory=list)  # distinct op names, for diagnostics
+    # (node id, input index): new values of mutated CPU scalar inputs (an optimizer's step
+    # counts), computed from scalar inputs alone by a host run before the program starts.
+    host_outputs: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _op_name(target) -> str:
@@ -96,6 +100,7 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence) -> LoweredGraph:
     param_input: dict[int, int] = {}  # parameter node id -> input index
     placeholder_index: dict[fx.Node, int] = {}
     mutated: dict[int, Value] = {}  # input index -> its new value
+    host_inputs: set[int] = set()  # inputs bound by value: CPU 0-d tensors and Python floats
     ops: list[str] = []
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(inputs):
@@ -113,7 +118,10 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence) -> LoweredGraph:
             v = b.parameter(i, x.dtype, shape)
             param_input[v.id] = i
             env[node] = v
+            if x.device.type == "cpu":
+                host_inputs.add(i)
         elif kind == "f":
+            host_inputs.add(i)
             v = b.parameter(i, torch.float64, ())
             v.wrapped = True
             env[node] = v
@@ -135,7 +143,7 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence) -> LoweredGraph:
         if node.op == "placeholder":
             continue
         if node.op == "output":
-            return _finish(b, node, env, param_input, mutated, len(inputs), ops)
+            return _finish(b, node, env, param_input, mutated, host_inputs, len(inputs), ops)
         if node.op != "call_function":
             raise Unsupported(f"{node.op} {node.target}", "only call_function nodes are lowered")
         target = node.target
@@ -246,8 +254,55 @@ def _input_view(r: fx.Node, env: dict, param_input: dict[int, int], mutated: dic
             out_val.storage_offset() - base_val.storage_offset(), list(base_val.shape), list(base_val.stride()))
 
 
+# IR ops whose host kernels may return a view of their operand (or the operand itself): a value
+# computed by one of them from an input reads the input's memory whenever it is read.
+_ALIASING_OPS = {OP_ID[k] for k in ("reshape", "transpose", "broadcast_in_dim", "slice", "dynamic_slice", "convert")}
+
+
+def _readers(b: GraphBuilder) -> list[list[int]]:
+    readers: list[list[int]] = [[] for _ in b.nodes]
+    for i, node in enumerate(b.nodes):
+        for o in node[1]:
+            readers[o].append(i)
+    return readers
+
+
+def _needs_snapshot(b: GraphBuilder, readers: list[list[int]], param: int, written: int) -> bool:
+    """Whether input `param`, which node `written` overwrites, is still read after the write.
+
+    The host runtime runs every read placed before an output node (in node order) before it
+    writes that output (executor.h), so only a reader placed after `written`, of the input or
+    of a view of it, needs the input bound as a copy (snapshot). AOTAutograd's copy_ epilogues
+    (an optimizer's parameters and moments) are almost never read after their new value.
+    """
+    todo = [param]
+    while todo:
+        for r in readers[todo.pop()]:
+            if r > written or (r == written and b.nodes[r][0] in _ALIASING_OPS):
+                return True
+            if b.nodes[r][0] in _ALIASING_OPS:
+                todo.append(r)
+    return False
+
+
+def _reads_only(b: GraphBuilder, value: Value, bindings: set[int]) -> bool:
+    """Whether value depends on no parameter outside bindings (nor on the random state)."""
+    parameter = OP_ID["parameter"]
+    seen, todo = set(), [value.id]
+    while todo:
+        i = todo.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        op, operands, _, _, iattrs, _ = b.nodes[i]
+        if op == parameter and iattrs[0] not in bindings:
+            return False
+        todo.extend(operands)
+    return True
+
+
 def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int, int], mutated: dict[int, Value],
-            num_inputs: int, ops: list[str]) -> LoweredGraph:
+            host_inputs: set[int], num_inputs: int, ops: list[str]) -> LoweredGraph:
     outputs: list[tuple[int, int]] = []
     new_of: dict[int, int] = {}
     returns: list[tuple] = []
@@ -270,6 +325,16 @@ def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int
             returns.append(("c", v))
         else:
             raise Unsupported("output", f"returns a {type(v).__name__}")
+    host_outputs: list[tuple[int, int]] = []
+    readers = _readers(b) if mutated else []
+    input_param = {i: p for p, i in param_input.items()}
     for i, v in mutated.items():
-        outputs.append((v.id, i))
-    return LoweredGraph(b.serialize(), outputs, returns, b.rng_counters, num_inputs, ops)
+        if i not in host_inputs:
+            outputs.append((v.id, i, _needs_snapshot(b, readers, input_param[i], v.id)))
+        elif isinstance(v, Value) and _reads_only(b, v, host_inputs):
+            # A CPU scalar the graph mutates (an optimizer's step count, `step += 1`): its new
+            # value is computed on the host before the program starts, so nobody waits for it.
+            host_outputs.append((v.id, i))
+        else:
+            raise Unsupported("copy_", f"writes CPU input {i} from tpu values (a host read inside the graph)")
+    return LoweredGraph(b.serialize(), outputs, returns, b.rng_counters, num_inputs, ops, host_outputs)
