@@ -1,7 +1,8 @@
 """Compiled graphs go through the program cache's disk tier: a second process starts warm.
 
 Two subprocesses share a TORCH_TPU_CACHE_DIR: the first lowers and stores its forward and
-backward graphs, the second loads them (no lowering) and computes the same values.
+backward graphs and a compiled optimizer step, the second loads them (no lowering) and
+computes the same values.
 """
 
 from __future__ import annotations
@@ -21,8 +22,14 @@ g = torch.Generator().manual_seed(1)
 idx = torch.randint(0, 64, (2, 16), generator=g).to("tpu")
 loss = torch.compile(model, backend="tpu")(idx, idx)[1]
 loss.backward()
+grad = model.head.weight.grad.sum().item()
+opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+step = torch.compile(opt.step, backend="tpu")  # writes its CPU step counts: host outputs
+step()
+step()
 s = torch_tpu.compile.stats()
-print(json.dumps({"loss": loss.item(), "grad": model.head.weight.grad.sum().item(),
+print(json.dumps({"loss": loss.item(), "grad": grad, "weight": model.head.weight.sum().item(),
+                  "steps": opt.state[model.head.weight]["step"].item(),
                   "compiled": s["graphs_compiled"], "loaded": s["graphs_loaded"],
                   "fallbacks": s["fallbacks"], "disk": torch_tpu.cache_stats()}))
 """
@@ -45,3 +52,4 @@ def test_second_process_loads_compiled_graphs_from_disk(tmp_path):
     assert warm["disk"]["hits"] >= cold["compiled"]
     # Same programs, same inputs: bit-identical results.
     assert warm["loss"] == cold["loss"] and warm["grad"] == cold["grad"]
+    assert warm["weight"] == cold["weight"] and warm["steps"] == cold["steps"] == 2
