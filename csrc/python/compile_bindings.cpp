@@ -271,7 +271,7 @@ class CompiledGraph {
 
   // Compiles the program (and the host outputs' program): once the graph is verified.
   void finish() {
-    note_aliasing();
+    note_written_inputs();
     // Inputs are distinct tensors and new tensors fresh memory: one memory class each, so the
     // host executor keeps independent per-parameter chains (an optimizer step's) fused across
     // each other's writes. Inputs that share memory at run time take conservative() instead.
@@ -417,7 +417,7 @@ class CompiledGraph {
     return shared;
   }
 
-  void note_aliasing() {
+  void note_written_inputs() {
     writes_inputs_ = std::any_of(snapshot_.begin(), snapshot_.end(), [](uint8_t s) { return s != kNever; });
   }
 

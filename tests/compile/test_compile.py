@@ -255,6 +255,35 @@ def test_written_input_sharing_memory_with_another_input_keeps_program_order():
     torch.testing.assert_close(a.cpu(), 2 * a0)
 
 
+def test_input_read_through_a_view_before_its_write_sees_the_old_values():
+    """``a`` is read through ``a.t()`` before the graph rewrites it, and nothing reads it after:
+    no copy is bound (lower_graph.py, _needs_snapshot), and the host runtime runs the read
+    before the write although the cluster reading it has another shape and the write's cluster
+    runs early (a product reads the new value)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_tpu.compile.lower_graph import lower_graph
+
+    def f(a: torch.Tensor, b: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        r = a.t() * 3 + b
+        new = a * 2
+        prod = new @ m
+        a.copy_(new)
+        return r, prod
+
+    a0, b0, m0 = torch.randn(4, 8), torch.randn(8, 4), torch.randn(8, 3)
+    gm = make_fx(f)(a0.clone(), b0, m0)
+    lg = lower_graph(gm, [a0.to(DEV), b0.to(DEV), m0.to(DEV)])
+    assert [o[2] for o in lg.outputs if o[1] >= 0] == [False]  # a is not copied
+    prog = torch_tpu._C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs, [],
+                                       lg.host_outputs)
+    a = a0.to(DEV)
+    r, prod = prog.run([a, b0.to(DEV), m0.to(DEV)])
+    torch.testing.assert_close(r.cpu(), a0.t() * 3 + b0)
+    torch.testing.assert_close(prod.cpu(), (2 * a0) @ m0)
+    torch.testing.assert_close(a.cpu(), 2 * a0)
+
+
 def test_graph_break_gives_correct_results():
     def f(x):
         y = torch.relu(x) * 2

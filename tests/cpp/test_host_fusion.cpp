@@ -595,6 +595,37 @@ TEST(HostFusion, StoresComputedInTheirDestinationAcrossTiles) {
   EXPECT_EQ(dc2.select(1, 0).abs().sum().item<float>(), 0.f);
 }
 
+TEST(HostFusion, MemoryClassesCountViewsOfAnInputAsItsMemory) {
+  // x is read through a transpose (a view kernel) by a cluster of another shape, then
+  // rewritten in place (its new value, 2x, goes to x's memory: class 0), and a product reads
+  // the new value, which runs the writing cluster first. The reading cluster must run before
+  // that write although it reads no parameter directly: the transpose's value is x's memory.
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {4, 8});
+  int32_t b = p.param(1, DType::kF32, {8, 4});
+  int32_t m = p.param(2, DType::kF32, {8, 3});
+  int32_t t = p.add(OpKind::kTranspose, DType::kF32, {8, 4}, {x}, {1, 0});
+  int32_t r = p.add(OpKind::kAdd, DType::kF32, {8, 4},
+                    {p.add(OpKind::kMul, DType::kF32, {8, 4}, {t, p.splat(DType::kF32, 3, {8, 4})}), b});
+  int32_t x2 = p.add(OpKind::kMul, DType::kF32, {4, 8}, {x, p.splat(DType::kF32, 2, {4, 8})});
+  int32_t prod = p.add(OpKind::kDotGeneral, DType::kF32, {4, 3}, {x2, m}, {0, 1, 1, 0});
+  ir::verify(p.g);
+  MemoryClasses memory;
+  memory.bindings = {0, 1, 2};
+  memory.outputs = {{r, 3}, {prod, 4}, {x2, 0}};
+  HostOptions options;
+  options.memory = &memory;
+  HostExecutable exe(p.g, {r, prod, x2}, options);
+  at::Tensor xv = at::randn({4, 8}), bv = at::randn({8, 4}), mv = at::randn({8, 3});
+  const at::Tensor want_r = xv.t() * 3 + bv, want_x = xv * 2;
+  at::Tensor got_r = at::empty({8, 4}), got_prod = at::empty({4, 3});
+  exe.run({tensor_binding(xv), tensor_binding(bv), tensor_binding(mv)},
+          {{r, tensor_binding(got_r)}, {prod, tensor_binding(got_prod)}, {x2, tensor_binding(xv)}}, {});
+  EXPECT_TRUE(at::allclose(got_r, want_r));
+  EXPECT_TRUE(at::equal(xv, want_x));
+  EXPECT_TRUE(at::allclose(got_prod, at::mm(want_x, mv)));
+}
+
 TEST(HostFusion, InPlaceUpdateIsWrittenIntoItsInputOnlyWithTheSameLayout) {
   // z = x * y + x stored into x's own memory (an in-place update such as `x.addcmul_(x, y)`),
   // over several tiles. With the same layout the cluster writes x directly (each tile reads

@@ -152,8 +152,10 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
   // Memory classes (runtime.h) of the parameters and outputs, when the caller knows them.
   constexpr int32_t kUnknown = MemoryClasses::kUnknownMemory;
   std::vector<int32_t> memory_class;
+  std::vector<bool> in_memory;  // a parameter, an output, or a view kernel's value of one of those
   if (options.memory != nullptr) {
     memory_class.assign(n, kUnknown);
+    in_memory.assign(n, false);
     std::vector<bool> assigned(n, false);
     auto assign = [&](int32_t node, int32_t cls) {
       if (assigned[node] && memory_class[node] != cls) cls = kUnknown;  // two memories: either
@@ -170,6 +172,19 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     for (auto [node, cls] : options.memory->outputs) {
       if (node >= 0 && node < num_nodes_) assign(node, cls);
     }
+    for (int32_t i = 0; i < num_nodes_; ++i) {
+      const ir::Node& node = graph.node(i);
+      in_memory[i] = node.kind == ir::OpKind::kParameter || is_output_[i];
+      // Host kernels of these return views of their operand (a convert to the same dtype, the
+      // operand itself): a cluster reading the value reads the operand's memory.
+      const bool view = node.kind == ir::OpKind::kReshape || node.kind == ir::OpKind::kTranspose ||
+                        node.kind == ir::OpKind::kBroadcastInDim || node.kind == ir::OpKind::kSlice ||
+                        node.kind == ir::OpKind::kDynamicSlice || node.kind == ir::OpKind::kConvert;
+      if (view && !node.operands.empty() && in_memory[node.operands[0]]) {
+        assign(i, memory_class[node.operands[0]]);
+        in_memory[i] = true;
+      }
+    }
   }
   // Clusters write their outputs when they run, which is when they are closed. An output
   // therefore closes the other open clusters that read memory it may overwrite (a parameter,
@@ -183,8 +198,7 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     for (int32_t m : clusters[c]->members()) {
       if (is_output_[m] && may_share(m)) return true;
       for (int32_t o : graph.node(m).operands) {
-        const bool in_memory = graph.node(o).kind == ir::OpKind::kParameter || is_output_[o];
-        if (in_memory && may_share(o)) return true;
+        if (in_memory[o] && may_share(o)) return true;
       }
     }
     return false;
