@@ -17,8 +17,9 @@
 //        it, so writes into output memory keep their program order relative to earlier reads
 //        and writes (fused graphs compose many ops whose stores overwrite earlier loads).
 //        When the caller says which parameters and outputs may share memory
-//        (MemoryClasses, runtime.h: fused graphs do), only the clusters that read a parameter
-//        or output value of the output's class, or hold an output of it, are closed: an
+//        (MemoryClasses, runtime.h: fused and compiled graphs do), only the clusters that read
+//        a parameter or output value of the output's class (directly, or through a view
+//        kernel's value: reshape, transpose, ...), or hold an output of it, are closed: an
 //        optimizer's per-parameter chains then stay open across the other parameters' writes
 //        and each runs as one cluster instead of one per `_foreach_*` op;
 //      - when it is full (kMaxClusterNodes members), and at the end of the graph.
