@@ -260,6 +260,7 @@ _ALIASING_OPS = {OP_ID[k] for k in ("reshape", "transpose", "broadcast_in_dim", 
 
 
 def _readers(b: GraphBuilder) -> list[list[int]]:
+    """Per node, the nodes that read it, in node order."""
     readers: list[list[int]] = [[] for _ in b.nodes]
     for i, node in enumerate(b.nodes):
         for o in node[1]:
@@ -303,7 +304,7 @@ def _reads_only(b: GraphBuilder, value: Value, bindings: set[int]) -> bool:
 
 def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int, int], mutated: dict[int, Value],
             host_inputs: set[int], num_inputs: int, ops: list[str]) -> LoweredGraph:
-    outputs: list[tuple[int, int]] = []
+    outputs: list[tuple] = []
     new_of: dict[int, int] = {}
     returns: list[tuple] = []
     results = out_node.args[0]
