@@ -249,8 +249,13 @@ class CompiledGraph {
           outputs.push_back(runtime::OutputTarget{o.node, exec::tensor_binding(t)});
         }
       }
-      if (host_exe_) host_exe_->run(bindings, host_outputs, {});
+      // The scalars the host run reads: the launch moves the bindings away.
+      std::vector<runtime::Binding> host_bindings(host_exe_ ? bindings.size() : 0);
+      for (int32_t b : host_reads_) host_bindings[static_cast<size_t>(b)] = bindings[static_cast<size_t>(b)];
       exec::launch_program(prog, bindings, std::move(outputs), tensors, news, rng, device);
+      // After the launch, so a launch that fails leaves the CPU scalars as they were; the
+      // program read their old values when it was bound.
+      if (host_exe_) host_exe_->run(host_bindings, host_outputs, {});
     }
     ++calls_;
     py::list out;
@@ -355,7 +360,7 @@ class CompiledGraph {
   }
 
   // Where the new values of the CPU scalars the graph mutates go (tensors keeps them alive).
-  // A host run on the calling thread writes them before the program is enqueued; their old
+  // A host run on the calling thread writes them once the program is enqueued; their old
   // values are in the bindings already (read by value), so nobody waits for the device.
   std::vector<runtime::OutputTarget> host_targets(const py::list& inputs, const std::vector<runtime::Binding>& bindings,
                                                   std::vector<at::Tensor>& tensors) const {

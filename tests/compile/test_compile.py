@@ -191,9 +191,9 @@ def test_saved_views_of_weights_alias_the_weights():
 
 def test_compiled_optimizer_step_matches_eager():
     """``torch.compile(opt.step)``: AdamW keeps its step counts in CPU tensors, which the graph
-    increments and reads (bias corrections). Their new values are computed on the host before
-    the program runs (lower_graph.py, host outputs); parameters, moments and step counts match
-    eager CPU, and nothing falls back to eager."""
+    increments and reads (bias corrections). Their new values are computed on the host as the
+    program is enqueued (lower_graph.py, host outputs); parameters, moments and step counts
+    match eager CPU, and nothing falls back to eager."""
     torch.manual_seed(0)
     ref = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
     dev = [torch.nn.Parameter(p.detach().to(DEV)) for p in ref]

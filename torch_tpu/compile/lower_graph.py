@@ -60,7 +60,7 @@ class LoweredGraph:
     num_inputs: int
     ops: list[str] = field(default_factory=list)  # distinct op names, for diagnostics
     # (node id, input index): new values of mutated CPU scalar inputs (an optimizer's step
-    # counts), computed from scalar inputs alone by a host run before the program starts.
+    # counts), computed from scalar inputs alone by a host run once the program is enqueued.
     host_outputs: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -334,7 +334,7 @@ def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int
             outputs.append((v.id, i, _needs_snapshot(b, readers, input_param[i], v.id)))
         elif isinstance(v, Value) and _reads_only(b, v, host_inputs):
             # A CPU scalar the graph mutates (an optimizer's step count, `step += 1`): its new
-            # value is computed on the host before the program starts, so nobody waits for it.
+            # value is computed on the host as the program is enqueued, so nobody waits for it.
             host_outputs.append((v.id, i))
         else:
             raise Unsupported("copy_", f"writes CPU input {i} from tpu values (a host read inside the graph)")
