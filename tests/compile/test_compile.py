@@ -37,6 +37,19 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> None:
     torch.testing.assert_close(a.cpu(), b.cpu(), rtol=tol, atol=tol)
 
 
+def _program_of(f, *example: torch.Tensor):
+    """f traced to an ATen graph (make_fx), lowered and compiled as one program, with the
+    lowering's plan: for tests that call a program directly, with inputs Dynamo never sees."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_tpu.compile.lower_graph import lower_graph
+
+    gm = make_fx(f)(*(x.to(DEV) for x in example))  # copies: f may write its inputs
+    lg = lower_graph(gm, [x.to(DEV) for x in example])
+    return torch_tpu._C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs, [],
+                                       lg.host_outputs), lg
+
+
 def test_backend_is_registered():
     assert torch._dynamo.lookup_backend("tpu") is not None
 
@@ -186,7 +199,29 @@ def test_saved_views_of_weights_alias_the_weights():
               "blocks.0.mlp.2.weight", "tok.weight"}  # the head shares tok.weight
     assert linear <= aliased, sorted(aliased)
     for (k, p), (_, q) in zip(dev.named_parameters(), ref.named_parameters()):
-        _close(p.grad.cpu(), q.grad, 1e-4)
+        _close(p.grad.cpu(), q.grad)
+
+
+def test_view_of_an_input_laid_out_otherwise_than_traced_has_the_traced_values():
+    """A returned view of an input is taken with the traced strides; an input laid out
+    otherwise (a saved tensor an earlier graph returned contiguous where the trace had it
+    transposed) is first copied into the traced layout (compile_bindings.cpp, input_view)."""
+
+    def f(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return w.t(), w * 2
+
+    w0 = torch.randn(3, 5)
+    prog, lg = _program_of(f, w0)
+    assert lg.returns[0][0] == "v"
+    w = w0.to(DEV)
+    view, _ = prog.run([w])
+    assert view.untyped_storage().data_ptr() == w.untyped_storage().data_ptr()  # a view of w
+    torch.testing.assert_close(view.cpu(), w0.t(), rtol=0, atol=0)
+    # Same sizes, other strides: the values of w.t(), in memory of their own.
+    w_t = w0.t().contiguous().to(DEV).t()  # [3, 5] with strides (1, 3)
+    view, _ = prog.run([w_t])
+    assert view.untyped_storage().data_ptr() != w_t.untyped_storage().data_ptr()
+    torch.testing.assert_close(view.cpu(), w0.t(), rtol=0, atol=0)
 
 
 def test_compiled_optimizer_step_matches_eager():
@@ -227,9 +262,6 @@ def test_written_input_sharing_memory_with_another_input_keeps_program_order():
     written input that another input views, it runs a program compiled without that
     assumption: the read of ``b`` still sees ``a``'s old values (compile_bindings.cpp,
     conservative())."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from torch_tpu.compile.lower_graph import lower_graph
 
     def f(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r = b + 1
@@ -239,10 +271,7 @@ def test_written_input_sharing_memory_with_another_input_keeps_program_order():
         return r * 3, prod
 
     a0 = torch.arange(16.0).view(4, 4)
-    gm = make_fx(f)(a0.clone(), a0.view(16).clone())
-    lg = lower_graph(gm, [a0.to(DEV), a0.view(16).to(DEV)])
-    prog = torch_tpu._C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs, [],
-                                       lg.host_outputs)
+    prog, _ = _program_of(f, a0, a0.view(16))
     a = a0.to(DEV)
     r, prod = prog.run([a, a.view(16)])
     torch.testing.assert_close(r.cpu(), (a0.view(16) + 1) * 3)
@@ -260,9 +289,6 @@ def test_input_read_through_a_view_before_its_write_sees_the_old_values():
     no copy is bound (lower_graph.py, _needs_snapshot), and the host runtime runs the read
     before the write although the cluster reading it has another shape and the write's cluster
     runs early (a product reads the new value)."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from torch_tpu.compile.lower_graph import lower_graph
 
     def f(a: torch.Tensor, b: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         r = a.t() * 3 + b
@@ -272,11 +298,8 @@ def test_input_read_through_a_view_before_its_write_sees_the_old_values():
         return r, prod
 
     a0, b0, m0 = torch.randn(4, 8), torch.randn(8, 4), torch.randn(8, 3)
-    gm = make_fx(f)(a0.clone(), b0, m0)
-    lg = lower_graph(gm, [a0.to(DEV), b0.to(DEV), m0.to(DEV)])
+    prog, lg = _program_of(f, a0, b0, m0)
     assert [o[2] for o in lg.outputs if o[1] >= 0] == [False]  # a is not copied
-    prog = torch_tpu._C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs, [],
-                                       lg.host_outputs)
     a = a0.to(DEV)
     r, prod = prog.run([a, b0.to(DEV), m0.to(DEV)])
     torch.testing.assert_close(r.cpu(), a0.t() * 3 + b0)
