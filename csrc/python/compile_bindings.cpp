@@ -386,14 +386,9 @@ class CompiledGraph {
   // first call whose written inputs share storage with other inputs).
   const std::shared_ptr<compiler::Program>& conservative() {
     if (!conservative_) {
-      auto p = std::make_shared<compiler::Program>();
-      p->graph = prog_->graph;
-      p->outputs = prog_->outputs;
-      p->new_tensors = prog_->new_tensors;
-      p->returns = prog_->returns;
-      p->host_outputs = prog_->host_outputs;
-      p->rng_counters = prog_->rng_counters;
-      p->baked_scalars = prog_->baked_scalars;
+      // The serializer's round trip copies every field of the plan (a list of them here would
+      // drift from Program's).
+      auto p = std::make_shared<compiler::Program>(compiler::deserialize_program(compiler::serialize_program(*prog_)));
       exec::finish_program(*p, compiler::output_nodes(*p));
       conservative_ = std::move(p);
     }

@@ -255,7 +255,8 @@ def _input_view(r: fx.Node, env: dict, param_input: dict[int, int], mutated: dic
 
 
 # IR ops whose host kernels may return a view of their operand (or the operand itself): a value
-# computed by one of them from an input reads the input's memory whenever it is read.
+# computed by one of them from an input reads the input's memory whenever it is read. The host
+# executor's memory classes use the same list (executor.cpp, in_memory).
 _ALIASING_OPS = {OP_ID[k] for k in ("reshape", "transpose", "broadcast_in_dim", "slice", "dynamic_slice", "convert")}
 
 

@@ -176,7 +176,8 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
       const ir::Node& node = graph.node(i);
       in_memory[i] = node.kind == ir::OpKind::kParameter || is_output_[i];
       // Host kernels of these return views of their operand (a convert to the same dtype, the
-      // operand itself): a cluster reading the value reads the operand's memory.
+      // operand itself): a cluster reading the value reads the operand's memory. The compile
+      // backend's snapshot analysis uses the same list (lower_graph.py, _ALIASING_OPS).
       const bool view = node.kind == ir::OpKind::kReshape || node.kind == ir::OpKind::kTranspose ||
                         node.kind == ir::OpKind::kBroadcastInDim || node.kind == ir::OpKind::kSlice ||
                         node.kind == ir::OpKind::kDynamicSlice || node.kind == ir::OpKind::kConvert;
