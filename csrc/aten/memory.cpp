@@ -58,7 +58,10 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::op
   int64_t numel = 1;
   for (auto s : size) numel *= s;
   size_t needed = static_cast<size_t>(numel + self.storage_offset()) * self.itemsize();
-  if (needed > self.storage().nbytes()) {  // memory may move: queued and pending work must finish first
+  // Growing moves the memory, so queued and pending work on the old memory must finish first.
+  // Storage without memory (ATen's functional ops, arange among them, make an empty `out`
+  // tensor and resize it) has no work to wait for and nothing to copy.
+  if (needed > self.storage().nbytes() && self.storage().nbytes() > 0) {
     device::FlushCauseScope cause(device::FlushCause::kResize);
     device::synchronize_device(self.device().index());
   }

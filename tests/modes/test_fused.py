@@ -43,6 +43,20 @@ def test_ops_are_deferred_until_a_host_read():
     assert m["host_read_flush_lines"][0][0].endswith(f"{os.path.basename(__file__)}:{_line_of('y.cpu()')}")
 
 
+def test_ops_resizing_a_fresh_out_tensor_do_not_flush():
+    # ATen's arange (positions in a transformer's forward) and functional ops with `out=` resize
+    # an empty tensor: no memory to move, so no wait for the device and no cut in the graph.
+    x = torch.randn(8, 5)
+    t = x.to("tpu") * 2
+    pos = torch.arange(5, device="tpu")
+    out = torch.empty(0, device="tpu")
+    torch.mul(t, 3, out=out)
+    y = out + pos
+    assert fused()["flushes"] == 0
+    torch.testing.assert_close(y.cpu(), x * 6 + torch.arange(5))
+    assert fused()["flushes_by_cause"] == {"host_read": 1}
+
+
 def _line_of(snippet: str) -> int:
     with open(__file__) as f:
         for i, line in enumerate(f, 1):
