@@ -296,6 +296,27 @@ TEST(HostRuntime, OutputsViewingAStepAreComputedInTheirDestination) {
   }
 }
 
+TEST(HostRuntime, ViewChainsRunAsOneStep) {
+  // Fused graphs read each op's result through the view it was stored as: flatten, reshape to
+  // the reader's shape. A transposed value flattened would be copied; collapsed, the chain
+  // below is the value itself and runs no step of its own.
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {4, 6});
+  int32_t t = p.add(OpKind::kTranspose, DType::kF32, {6, 4}, {x}, {1, 0});
+  int32_t e = p.add(OpKind::kExp, DType::kF32, {6, 4}, {t});
+  int32_t flat = p.add(OpKind::kReshape, DType::kF32, {24}, {e});
+  int32_t back = p.add(OpKind::kReshape, DType::kF32, {6, 4}, {flat});
+  int32_t y = p.add(OpKind::kNeg, DType::kF32, {6, 4}, {back});
+  int32_t r = p.add(OpKind::kReshape, DType::kF32, {3, 8}, {p.add(OpKind::kReshape, DType::kF32, {2, 12}, {e})});
+  at::Tensor a = at::randn({4, 6});
+  auto exe = torch_tpu::testing::compile_host(p, {y, r}, /*fuse=*/false);
+  EXPECT_EQ(exe.stats().steps, 4);  // transpose, exp, negate, one reshape
+  at::Tensor got_y = at::empty({6, 4}), got_r = at::empty({3, 8});
+  exe.run({tensor_binding(a)}, {{y, tensor_binding(got_y)}, {r, tensor_binding(got_r)}}, {});
+  expect_equal(got_y, -a.t().exp());
+  expect_equal(got_r, a.t().exp().reshape({3, 8}));
+}
+
 TEST(HostRuntime, PadSliceConcatenateReverse) {
   Program p;
   int32_t x = p.param(0, DType::kI32, {3});

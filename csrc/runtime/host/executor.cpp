@@ -16,6 +16,7 @@
 
 #include "common/check.h"
 #include "ir/printer.h"
+#include "ir/view_chains.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/scratch_allocator.h"
 #include "runtime/internal_dispatch.h"
@@ -86,9 +87,8 @@ HostOptions HostOptions::from_env() {
   return o;
 }
 
-HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t>& outputs,
-                               HostOptions options)
-    : num_nodes_(graph.size()) {
+HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<int32_t>& outputs, HostOptions options)
+    : num_nodes_(input_graph.size()) {
   InternalDispatchGuard guard;
   const auto n = static_cast<size_t>(num_nodes_);
   node_dtype_.resize(n);
@@ -99,8 +99,10 @@ HostExecutable::HostExecutable(const ir::Graph& graph, const std::vector<int32_t
     TPU_CHECK(o >= 0 && o < num_nodes_, "host runtime: output node ", o, " not in a graph of ",
               num_nodes_, " nodes");
     is_output_[o] = true;
-    output_shape_[o] = graph.node(o).shape;
+    output_shape_[o] = input_graph.node(o).shape;
   }
+  // Each view node left is a step: collapse chains of them first (ids are kept).
+  const ir::Graph graph = ir::collapse_view_chains(input_graph, is_output_);
   // Liveness: walk backwards from the outputs; record each value's live readers.
   std::vector<bool> live = is_output_;
   std::vector<std::vector<int32_t>> readers(n);
