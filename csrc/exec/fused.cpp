@@ -224,6 +224,23 @@ bool is_contiguous(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
   return true;
 }
 
+// For a value stored densely in some dimension order (a result that kept a transposed
+// operand's layout): the permutation that orders its dims by decreasing stride, so the memory
+// holds transpose(value, perm) contiguously. False when the layout has gaps or overlaps.
+bool dense_order(c10::IntArrayRef sizes, c10::IntArrayRef strides, std::vector<int64_t>& perm) {
+  perm.resize(sizes.size());
+  for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);
+  // Size-1 dims may carry any stride: they sort last (is_contiguous ignores them).
+  auto key = [&](int64_t d) { return sizes[static_cast<size_t>(d)] == 1 ? 0 : strides[static_cast<size_t>(d)]; };
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return key(a) > key(b); });
+  std::vector<int64_t> s(perm.size()), st(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) {
+    s[k] = sizes[static_cast<size_t>(perm[k])];
+    st[k] = strides[static_cast<size_t>(perm[k])];
+  }
+  return is_contiguous(s, st);
+}
+
 ir::Node view_node(ir::OpKind kind, ir::DType dtype, std::vector<int64_t> shape, std::vector<int64_t> iattrs) {
   ir::Node n;
   n.kind = kind;
@@ -418,11 +435,22 @@ Resolution resolve(const Pending& p, const at::Tensor& t) {
       c10::IntArrayRef(w.strides).equals(t.strides())) {
     return r;  // read exactly as written
   }
-  if (!is_contiguous(w.sizes, w.strides) ||
-      !express_view(w.offset, w.sizes, ir_dtype(t.scalar_type()), t.storage_offset(), t.sizes(), t.strides(),
-                    r.transform)) {
-    r.needs_flush = true;
+  const ir::DType dtype = ir_dtype(t.scalar_type());
+  if (is_contiguous(w.sizes, w.strides)) {
+    r.needs_flush = !express_view(w.offset, w.sizes, dtype, t.storage_offset(), t.sizes(), t.strides(), r.transform);
+    return r;
   }
+  // Stored in another dense order: read the memory's contiguous value, the value transposed
+  // into stride order, through the view.
+  std::vector<int64_t> perm;
+  if (!dense_order(w.sizes, w.strides, perm)) {
+    r.needs_flush = true;
+    return r;
+  }
+  std::vector<int64_t> stored(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) stored[k] = w.sizes[static_cast<size_t>(perm[k])];
+  r.transform.push_back(view_node(ir::OpKind::kTranspose, dtype, stored, perm));
+  r.needs_flush = !express_view(w.offset, stored, dtype, t.storage_offset(), t.sizes(), t.strides(), r.transform);
   return r;
 }
 

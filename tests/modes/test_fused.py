@@ -104,6 +104,24 @@ def test_views_read_pending_values_without_flushing():
     assert "view_read" not in fused()["flushes_by_cause"]
 
 
+def test_views_of_values_stored_in_a_transposed_layout_read_without_flushing():
+    # A result keeps its operand's layout (ATen's elementwise ops): a transposed operand makes
+    # a value stored column by column, which attention's backward then reads through views.
+    x = torch.randn(4, 6, 8)
+    t = x.to("tpu")
+    y = t.transpose(1, 2) * 2  # [4, 8, 6] stored as [4, 6, 8]
+    assert y.stride() == (48, 1, 8)
+    a = y.transpose(1, 2) @ torch.ones(8, 3, device="tpu")  # reads the memory's own order
+    b = y[:, 2:5, 1::2].reshape(4, 9) + 1  # strided read of the same memory
+    c = y.permute(2, 0, 1).sum(0)  # another order still
+    assert fused()["flushes"] == 0
+    yc = x.transpose(1, 2) * 2
+    torch.testing.assert_close(a.cpu(), yc.transpose(1, 2) @ torch.ones(8, 3))
+    torch.testing.assert_close(b.cpu(), yc[:, 2:5, 1::2].reshape(4, 9) + 1)
+    torch.testing.assert_close(c.cpu(), yc.permute(2, 0, 1).sum(0))
+    assert "view_read" not in fused()["flushes_by_cause"]
+
+
 def test_in_place_through_views_across_flushes():
     base = torch.zeros(4, 5, device="tpu")
     ref = torch.zeros(4, 5)
