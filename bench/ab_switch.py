@@ -37,6 +37,8 @@ def main() -> None:
     ap.add_argument("mode", choices=["strict", "fused", "native", "compiled"])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--read-every", type=int, default=1,
+                    help="read the loss on the host every N steps (and at the end of each round)")
     args = ap.parse_args()
     device = "cpu" if args.mode == "native" else "tpu"
     if args.mode == "compiled":
@@ -60,8 +62,10 @@ def main() -> None:
                 os.environ.pop(args.switch, None)
             step().item()
             t0 = time.perf_counter()
-            for _ in range(args.steps):
-                step().item()
+            for i in range(args.steps):
+                loss = step()
+                if (i + 1) % args.read_every == 0 or i + 1 == args.steps:
+                    loss.item()
             times[on].append((time.perf_counter() - t0) / args.steps * 1e3)
     os.environ.pop(args.switch, None)
     ratios = sorted(s / u for s, u in zip(times[True], times[False]))
