@@ -361,10 +361,7 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
     if (o.target >= 0) {
       at::Tensor& t = st.tensors[static_cast<size_t>(o.target)];
       const auto& shape = prog->graph.node(o.node).shape;
-      if (!t.sizes().equals(shape)) {
-        device::synchronize_device(st.device.index());  // resizing may move memory queued work uses
-        t.resize_(shape);
-      }
+      if (!t.sizes().equals(shape)) t.resize_(shape);  // waits for queued work when memory may move
       outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(t)});
     } else {
       outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(news[static_cast<size_t>(o.new_index)])});

@@ -172,6 +172,19 @@ def test_resize_as_and_out_resize() -> None:
     assert y.shape == x.shape
 
 
+def test_out_tensors_without_memory_are_resized_without_waiting_for_the_device() -> None:
+    # ATen's arange (a transformer's positions) and `out=` calls with an empty tensor resize
+    # it: no memory moves, so queued work goes on running (a wait per step otherwise).
+    x = _tpu(torch.randn(1024, 1024) / 32)
+    for _ in range(8):  # ~0.1 s or more of queued products
+        x = x @ x
+    pos = torch.arange(5, device="tpu")
+    out = torch.mul(pos, 2, out=torch.empty(0, dtype=torch.long, device="tpu"))
+    assert not torch.tpu.current_stream().query(), "the resizes waited for the queued products"
+    assert out.cpu().tolist() == [0, 2, 4, 6, 8]
+    assert torch.isfinite(x).all().item()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
                                    torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])
 def test_dtype_roundtrip(dtype: torch.dtype) -> None:
