@@ -238,6 +238,21 @@ def test_modes_can_be_switched_between_steps():
     torch.testing.assert_close(w.cpu(), (x.cpu() * 2 + 1) * (x.cpu() * 2))
 
 
+def test_switching_modes_queues_pending_work_without_waiting():
+    # `with torch_tpu.mode("fused"):` around each step switches twice per step: a wait there
+    # would make the host wait for the device every step.
+    x = torch.randn(1024, 1024, device="tpu") / 32
+    for _ in range(8):  # ~0.1 s or more of products, pending
+        x = x @ x
+    with torch_tpu.mode("strict"):
+        assert not torch.tpu.current_stream().query(), "the switch waited for the device"
+        y = x + 1  # queued behind the flushed graph
+    with torch_tpu.mode("debug"):  # runs on the calling thread: finds the queue drained
+        assert torch.tpu.current_stream().query()
+        z = y * 2
+    torch.testing.assert_close(z.cpu(), (x.cpu() + 1) * 2)
+
+
 def test_rng_matches_strict():
     def draw() -> list[torch.Tensor]:
         torch.manual_seed(7)
