@@ -1,7 +1,8 @@
 """Execution modes: debug (synchronous), strict (asynchronous, the default), fused (DeferAndFuse).
 
-The mode is process-wide; switching synchronizes every device first so that no work
-straddles two modes.
+The mode is process-wide. Switching hands pending fused work to the device queues first, so
+it runs before anything the new mode issues; it does not wait for the device, except when
+entering debug mode, which runs each op on the calling thread and so drains the queues.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ def get_mode() -> str:
 
 
 def set_mode(name: str) -> None:
-    """Select 'debug', 'strict' or 'fused' (TORCH_TPU_MODE sets the initial mode). Switching flushes."""
+    """Select 'debug', 'strict' or 'fused' (TORCH_TPU_MODE sets the initial mode).
+
+    Switching flushes pending fused work (without a host wait, except into debug mode).
+    """
     _C._set_mode(name)
 
 
