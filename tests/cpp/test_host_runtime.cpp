@@ -317,6 +317,37 @@ TEST(HostRuntime, ViewChainsRunAsOneStep) {
   expect_equal(got_r, a.t().exp().reshape({3, 8}));
 }
 
+TEST(HostRuntime, ConcatenatesCopyReshapedSourcesIntoPlace) {
+  // Heads merged back ([2, 3, 4, 5] transposed to [2, 4, 3, 5], reshaped to [2, 4, 15]) and
+  // concatenated: the reshape, read by the concatenate alone, runs no step of its own. A
+  // reshape with another reader stays; a slice that cannot be viewed in the source's shape
+  // (a [24] source reshaped to [4, 6], concatenated along dim 1) takes the reshape's copy.
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {2, 3, 4, 5});
+  int32_t w = p.param(1, DType::kF32, {2, 4, 6});
+  int32_t x2 = p.param(2, DType::kF32, {2, 3, 4, 5});
+  int32_t flat = p.param(3, DType::kF32, {24});
+  int32_t t = p.add(OpKind::kTranspose, DType::kF32, {2, 4, 3, 5}, {x}, {0, 2, 1, 3});
+  int32_t r = p.add(OpKind::kReshape, DType::kF32, {2, 4, 15}, {t});
+  int32_t t2 = p.add(OpKind::kTranspose, DType::kF32, {2, 4, 3, 5}, {x2}, {0, 2, 1, 3});
+  int32_t r2 = p.add(OpKind::kReshape, DType::kF32, {2, 4, 15}, {t2});
+  int32_t c = p.add(OpKind::kConcatenate, DType::kF32, {2, 4, 36}, {r, w, r2}, {2});
+  int32_t neg = p.add(OpKind::kNeg, DType::kF32, {2, 4, 15}, {r2});
+  int32_t rf = p.add(OpKind::kReshape, DType::kF32, {4, 6}, {flat});
+  int32_t cf = p.add(OpKind::kConcatenate, DType::kF32, {4, 9}, {rf, p.param(4, DType::kF32, {4, 3})}, {1});
+  at::Tensor xv = at::randn({2, 3, 4, 5}), wv = at::randn({2, 4, 6}), x2v = at::randn({2, 3, 4, 5});
+  at::Tensor fv = at::randn({24}), gv = at::randn({4, 3});
+  auto exe = torch_tpu::testing::compile_host(p, {c, neg, cf}, /*fuse=*/false);
+  EXPECT_EQ(exe.stats().steps, 6);  // t, t2, r2, c, neg, cf: r and rf are absorbed
+  at::Tensor got_c = at::empty({2, 4, 36}), got_neg = at::empty({2, 4, 15}), got_cf = at::empty({4, 9});
+  exe.run({tensor_binding(xv), tensor_binding(wv), tensor_binding(x2v), tensor_binding(fv), tensor_binding(gv)},
+          {{c, tensor_binding(got_c)}, {neg, tensor_binding(got_neg)}, {cf, tensor_binding(got_cf)}}, {});
+  const at::Tensor rx2 = x2v.permute({0, 2, 1, 3}).reshape({2, 4, 15});
+  expect_equal(got_c, at::cat({xv.permute({0, 2, 1, 3}).reshape({2, 4, 15}), wv, rx2}, 2));
+  expect_equal(got_neg, -rx2);
+  expect_equal(got_cf, at::cat({fv.reshape({4, 6}), gv}, 1));
+}
+
 TEST(HostRuntime, PadSliceConcatenateReverse) {
   Program p;
   int32_t x = p.param(0, DType::kI32, {3});

@@ -17,6 +17,7 @@
 #include "common/check.h"
 #include "ir/printer.h"
 #include "ir/view_chains.h"
+#include "runtime/host/concat_reshapes.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/scratch_allocator.h"
 #include "runtime/internal_dispatch.h"
@@ -101,8 +102,11 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     is_output_[o] = true;
     output_shape_[o] = input_graph.node(o).shape;
   }
-  // Each view node left is a step: collapse chains of them first (ids are kept).
-  const ir::Graph graph = ir::collapse_view_chains(input_graph, is_output_);
+  // Each view node left is a step: collapse chains of them first, then let concatenates copy
+  // their reshaped operands' sources (concat_reshapes.h). Node ids are kept.
+  ConcatOperandShapes concat_shapes;
+  const ir::Graph graph =
+      absorb_concat_reshapes(ir::collapse_view_chains(input_graph, is_output_), is_output_, concat_shapes);
   // Liveness: walk backwards from the outputs; record each value's live readers.
   std::vector<bool> live = is_output_;
   std::vector<std::vector<int32_t>> readers(n);
@@ -121,7 +125,12 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   std::vector<bool> open;
   auto emit_kernel = [&](int32_t i) {
     step_of[i] = static_cast<int32_t>(steps_.size());
-    steps_.push_back({i, make_kernel(graph, i), nullptr, {}});
+    auto concat = concat_shapes.find(i);
+    steps_.push_back(
+        {i,
+         concat != concat_shapes.end() ? make_concat_kernel(graph, i, concat->second) : make_kernel(graph, i),
+         nullptr,
+         {}});
   };
   auto close = [&](int32_t c) {
     if (!open[c]) return;
