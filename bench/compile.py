@@ -12,8 +12,9 @@ SmallResNet training step and inference) and prints steps/s and ratios:
   strict     the same in strict eager mode
   cpu        native PyTorch CPU eager
   inductor   torch.compile(model) on CPU (Inductor, C++ codegen)
-Rounds alternate the variant order; the median per variant is reported (2 shared cores make
-single runs swing by 30%). Besides wall-clock steps/s, the CPU time of the whole process per
+Rounds alternate the variant order; steps/s are medians per variant, and the compiled ratios
+are medians of the per-round ratios (2 shared cores make single runs swing by 30%; a pair
+measured in the same round shares its swing). Besides wall-clock steps/s, the CPU time of the whole process per
 step (every thread: the caller and the tpu stream worker) is reported, and its ratios: on a
 machine shared with other jobs the wall clock mostly measures the share of the cores this
 process got, while CPU time measures the work (run with --threads 1: idle OpenMP threads spin
@@ -123,8 +124,10 @@ def _measure(step: Callable, wait: Callable, steps: int) -> tuple[float, float]:
 
 
 def throughput(model: str, train: bool, variants: list[str], steps: int,
-               rounds: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Median steps/s and median CPU ms/step per variant."""
+               rounds: int) -> tuple[dict[str, float], dict[str, float], dict[tuple[str, str], float]]:
+    """Median steps/s and median CPU ms/step per variant, and per pair of variants (a, b) the
+    median over rounds of a's steps/s over b's in the same round (paired: drift slower than a
+    round cancels)."""
     prepared = {}
     for v in variants:
         step, wait = setup_variant(v, model, train)
@@ -137,8 +140,10 @@ def throughput(model: str, train: bool, variants: list[str], steps: int,
         order = variants if r % 2 == 0 else variants[::-1]
         for v in order:
             runs[v].append(_measure(*prepared[v], steps))
+    paired = {(a, b): statistics.median(ra[0] / rb[0] for ra, rb in zip(runs[a], runs[b]))
+              for a in variants for b in variants if a != b}
     return ({v: statistics.median(x[0] for x in s) for v, s in runs.items()},
-            {v: statistics.median(x[1] for x in s) for v, s in runs.items()})
+            {v: statistics.median(x[1] for x in s) for v, s in runs.items()}, paired)
 
 
 _COMPILE_TIME = r"""
@@ -184,7 +189,7 @@ def compile_times(model: str, inductor: bool) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--skip-inductor", action="store_true")
     ap.add_argument("--skip-compile-time", action="store_true")
     ap.add_argument("--models", default="gpt,resnet")
@@ -199,12 +204,12 @@ def main() -> None:
     for model in args.models.split(","):
         for train in (True, False):
             run = [v for v in variants if train or v != "compiled+opt"]
-            sps, cpu = throughput(model, train, run, args.steps, args.rounds)
+            sps, cpu, paired = throughput(model, train, run, args.steps, args.rounds)
             what = f"{'TinyGPT' if model == 'gpt' else 'SmallResNet'} {'training step' if train else 'inference'}"
             print(f"{what}: " + ", ".join(f"{v} {s:.1f}/s" for v, s in sps.items()))
             for c in ("compiled", "compiled+opt")[:2 if train else 1]:
-                ratios = [f"{c}/{v} {sps[c] / sps[v]:.2f}x" for v in run if not v.startswith("compiled")]
-                print("  " + ", ".join(ratios))
+                ratios = [f"{c}/{v} {paired[c, v]:.2f}x" for v in run if not v.startswith("compiled")]
+                print("  " + ", ".join(ratios) + "  (median of per-round ratios)")
             print("  CPU ms/step: " + ", ".join(f"{v} {c:.1f}" for v, c in cpu.items()))
             ratios = [f"compiled/{v} {cpu[v] / cpu['compiled']:.2f}x" for v in run if v != "compiled"]
             print("  CPU-time throughput " + ", ".join(ratios))

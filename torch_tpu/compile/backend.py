@@ -1,8 +1,8 @@
 """The "tpu" Dynamo backend: AOTAutograd, then each forward/backward graph as one program.
 
 Dynamo hands over a Torch-level FX graph; ``aot_module_simplified`` traces it to functional
-ATen graphs (a joint graph split by the default partitioner when gradients are needed, one
-inference graph otherwise) and calls ``_compile_graph`` for each. A graph is lowered once
+ATen graphs (a joint graph split by the min-cut rematerialization partitioner when gradients
+are needed, one inference graph otherwise) and calls ``_compile_graph`` for each. A graph is lowered once
 (``lower_graph``) and compiled in C++ (``torch_tpu._C._CompiledGraph``); each call is then one
 C++ ``run`` on the inputs list. A graph with a node the table cannot lower runs its ATen ops
 eagerly instead (warned once per op, counted in ``stats()``).
@@ -316,5 +316,10 @@ def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence, **kwargs) -> Calla
 
     counters().graphs_seen += 1
     _note_recompile(gm)
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    # Inductor's partitioner: what the backward needs is saved or recomputed by cost (views and
+    # cheap elementwise chains are recomputed), not everything the forward computed saved.
     return aot_module_simplified(gm, example_inputs, fw_compiler=_compile_forward, bw_compiler=_compile_graph,
+                                 partition_fn=min_cut_rematerialization_partition,
                                  decompositions=decompositions(), keep_inference_input_mutations=True)
