@@ -772,6 +772,29 @@ TEST(HostFusion, OutputOrderAndClosingRules) {
   EXPECT_TRUE(HostOptions::from_env().fuse);
 }
 
+TEST(HostFusion, ElementwiseNodesAfterAKernelReadingTheClusterJoinItFirst) {
+  // Batch norm's backward: a cluster computes dy' and x_hat, a per-channel sum of dy' (a
+  // kernel: dims 0, 2, 3) closes it, then dy' * x_hat is summed too. The product joins the
+  // cluster before the first sum runs instead of running as a kernel after it. A node that
+  // reads the first sum, and an output, keep their places.
+  Program p;
+  int32_t dy = p.param(0, DType::kF32, {4, 3, 5, 5});
+  int32_t x = p.param(1, DType::kF32, {4, 3, 5, 5});
+  int32_t g = p.add(OpKind::kMul, DType::kF32, {4, 3, 5, 5}, {dy, dy});
+  int32_t xh = p.add(OpKind::kSub, DType::kF32, {4, 3, 5, 5}, {x, dy});
+  int32_t s1 = p.add(OpKind::kReduce, DType::kF32, {3}, {g}, {0, 0, 2, 3});
+  int32_t prod = p.add(OpKind::kMul, DType::kF32, {4, 3, 5, 5}, {g, xh});
+  int32_t s2 = p.add(OpKind::kReduce, DType::kF32, {3}, {prod}, {0, 0, 2, 3});
+  int32_t b1 = p.add(OpKind::kBroadcastInDim, DType::kF32, {4, 3, 5, 5}, {s1}, {1});
+  int32_t out = p.add(OpKind::kSub, DType::kF32, {4, 3, 5, 5}, {prod, b1});  // reads s1: stays after it
+  int32_t late = p.add(OpKind::kAbs, DType::kF32, {4, 3, 5, 5}, {xh});       // an output: stays
+  at::Tensor dv = at::randn({4, 3, 5, 5}), xv = at::randn({4, 3, 5, 5});
+  check(p, {s1, s2, out, late}, {tensor_binding(dv), tensor_binding(xv)}, 2);  // [g, xh, prod], [b1, out, late]
+  HostExecutable exe = compile(p, {s1, s2, out, late}, true);
+  EXPECT_EQ(exe.stats().steps, 4) << exe.describe();  // cluster, s1, s2, cluster
+  EXPECT_EQ(exe.stats().fused_nodes, 6) << exe.describe();
+}
+
 TEST(HostFusion, EmptyAndTinyShapes) {
   for (int64_t n : {0, 1, 7, 8, 9, 1024, 1025}) {
     Program p;

@@ -249,11 +249,42 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     }
     return false;
   };
+  // Before a kernel step closes an open plain cluster it reads, the next few elementwise nodes
+  // of that cluster's shape whose operands are all computed by then (members of the cluster,
+  // or values placed before the kernel) join the cluster first. Batch norm's backward sums a
+  // cluster's value per channel (a kernel) and then multiplies two of its values: the product
+  // ran as a kernel of its own, a pass over memory. Outputs never move (write order).
+  constexpr int32_t kPullAhead = 8;
+  std::vector<bool> pulled(n, false);
+  auto pull_ahead = [&](int32_t c, int32_t at) {
+    Cluster& cl = *clusters[c];
+    if (cl.lead_rank() >= 0) return;
+    for (int32_t j = at + 1; j < std::min(num_nodes_, at + 1 + kPullAhead); ++j) {
+      const ir::Node& nj = graph.node(j);
+      if (!live[j] || is_output_[j] || nj.kind == ir::OpKind::kBroadcastInDim || nj.shape != cl.shape() ||
+          !is_fusible(graph, j) || cl.members().size() >= kMaxClusterNodes) {
+        continue;
+      }
+      bool reads_member = false, ready = true;
+      for (int32_t o : nj.operands) {
+        if (cluster_of[o] == c) {
+          reads_member = true;
+        } else if (o >= at || (cluster_of[o] >= 0 && open[cluster_of[o]])) {  // not computed yet, or still open
+          ready = false;
+        }
+      }
+      if (!ready || !reads_member) continue;
+      cl.add(j);
+      cluster_of[j] = c;
+      pulled[j] = true;
+    }
+  };
   for (int32_t i = 0; i < num_nodes_; ++i) {
     const ir::Node& node = graph.node(i);
     node_dtype_[i] = to_aten(node.dtype);
     if (!live[i]) continue;
     node_names_[i] = "%" + std::to_string(i) + " " + ir::op_name(node.kind);
+    if (pulled[i]) continue;  // placed in a cluster ahead of its position
     if (node.kind == ir::OpKind::kParameter) {
       params_.push_back({i, node.iattrs.at(0), to_aten(node.dtype), node.shape});
       if (int64_t b = node.iattrs.at(0); b >= 0) {
@@ -285,6 +316,11 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
       continue;
     }
     if (!options.fuse || !is_fusible(graph, i)) {
+      if (options.fuse) {
+        for (int32_t o : node.operands) {
+          if (cluster_of[o] >= 0 && open[cluster_of[o]]) pull_ahead(cluster_of[o], i);
+        }
+      }
       close_reading(node, -1);
       if (is_output_[i]) close_for_output(i, -1);
       emit_kernel(i);

@@ -23,6 +23,10 @@
 //        optimizer's per-parameter chains then stay open across the other parameters' writes
 //        and each runs as one cluster instead of one per `_foreach_*` op;
 //      - when it is full (kMaxClusterNodes members), and at the end of the graph.
+//    Before a kernel step closes a plain cluster it reads, the next few fusible nodes of the
+//    cluster's shape whose operands are all computed by then (and that are no outputs) join
+//    the cluster first (batch norm's backward: a per-channel sum, then a product of the
+//    cluster's values, which otherwise ran alone).
 //    A closed cluster of one node is an ordinary kernel step. Members store only values read
 //    by a later step or requested as outputs. Consequence for callers: a tensor input is read
 //    whenever its reading step runs, which may be after an output that precedes it in node
