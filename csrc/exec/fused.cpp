@@ -836,7 +836,17 @@ void flush_device_locked(std::unique_lock<std::mutex>& lock, c10::DeviceIndex de
 }
 
 void flush_hook(c10::DeviceIndex device, device::FlushCause cause) {
-  if (g_pending_ops.load(std::memory_order_acquire) == 0) return;
+  if (g_pending_ops.load(std::memory_order_acquire) == 0) {
+    // Nothing to hand over, but the host is about to wait all the same (the last graph was
+    // flushed at the size cap): the graphs after the wait start small again.
+    if (host_waits_after(cause)) {
+      std::lock_guard<std::mutex> g(g_mu);
+      for (auto& [d, p] : g_pending) {
+        if (device < 0 || d == device) p.graphs_since_wait = 0;
+      }
+    }
+    return;
+  }
   if (cause == device::FlushCause::kHostRead && g_source_line_hook != nullptr) {
     const std::string* line = g_source_line_hook();
     std::lock_guard<std::mutex> g(g_mu);

@@ -462,6 +462,24 @@ def test_slow_start_cuts_the_first_graphs_after_a_wait_that_hold_a_contraction()
     subprocess.run([sys.executable, "-c", off], env=env, check=True, timeout=120)
 
 
+def test_a_host_wait_with_nothing_pending_restarts_the_slow_start():
+    # Eight ops after a wait are flushed at the slow start's first cut (8, the default), so the
+    # next host read finds nothing pending; it waits all the same, and the eight ops after it
+    # are cut at 8 again rather than at the next cut (16).
+    w = torch.randn(8, 8) / 3
+    xd, wd = torch.randn(8, 8).to("tpu"), w.to("tpu")
+    xd.sum().item()
+    torch_tpu.reset_metrics()
+    y = xd
+    for _ in range(4):
+        y = (y @ wd) * 0.5
+    first = y.cpu()  # nothing pending: the graph went at 8 ops
+    for _ in range(4):
+        y = (y @ wd) * 0.5
+    assert fused()["flushes_by_cause"] == {"slow_start": 2}, fused()
+    torch.testing.assert_close(y.cpu(), ((((first @ w) * 0.5 @ w) * 0.5 @ w) * 0.5 @ w) * 0.5)
+
+
 def test_queued_graphs_are_bounded_so_dead_tensors_free_their_memory():
     # 100 graphs of slow matmuls recorded without a host read. Each graph's results (2 MiB) are
     # dead once the next graph replaces them, but their memory returns only when their graph
