@@ -170,6 +170,9 @@ FusedCache g_cache;
 FusedStats g_stats;
 std::map<std::string, uint64_t> g_host_read_lines;
 std::atomic<int> g_pending_ops{0};  // fast "anything pending?" for the flush hook
+// Whether some device's slow start has advanced past its first cut since the host last waited
+// (a fast check: debug mode synchronizes at every op, with nothing pending).
+std::atomic<bool> g_slow_start_advanced{false};
 std::atomic<bool> g_debug{config::get_bool("TORCH_TPU_DEBUG_FUSION")};
 SourceLineHook g_source_line_hook = nullptr;
 
@@ -233,10 +236,10 @@ bool dense_order(c10::IntArrayRef sizes, c10::IntArrayRef strides, std::vector<i
   // Size-1 dims may carry any stride: they sort last (is_contiguous ignores them).
   auto key = [&](int64_t d) { return sizes[static_cast<size_t>(d)] == 1 ? 0 : strides[static_cast<size_t>(d)]; };
   std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return key(a) > key(b); });
-  std::vector<int64_t> s(perm.size()), st(perm.size());
-  for (size_t k = 0; k < perm.size(); ++k) {
-    s[k] = sizes[static_cast<size_t>(perm[k])];
-    st[k] = strides[static_cast<size_t>(perm[k])];
+  c10::SmallVector<int64_t, 6> s, st;  // recorded per op: no heap allocation at usual ranks
+  for (int64_t d : perm) {
+    s.push_back(sizes[static_cast<size_t>(d)]);
+    st.push_back(strides[static_cast<size_t>(d)]);
   }
   return is_contiguous(s, st);
 }
@@ -797,6 +800,7 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
   p = Pending();
   p.stream = stream;
   p.graphs_since_wait = graphs;
+  if (graphs > 0) g_slow_start_advanced.store(true, std::memory_order_relaxed);
   return work;
 }
 
@@ -839,11 +843,14 @@ void flush_hook(c10::DeviceIndex device, device::FlushCause cause) {
   if (g_pending_ops.load(std::memory_order_acquire) == 0) {
     // Nothing to hand over, but the host is about to wait all the same (the last graph was
     // flushed at the size cap): the graphs after the wait start small again.
-    if (host_waits_after(cause)) {
+    if (host_waits_after(cause) && g_slow_start_advanced.load(std::memory_order_relaxed)) {
       std::lock_guard<std::mutex> g(g_mu);
+      bool advanced = false;
       for (auto& [d, p] : g_pending) {
         if (device < 0 || d == device) p.graphs_since_wait = 0;
+        advanced |= p.graphs_since_wait > 0;
       }
+      g_slow_start_advanced.store(advanced, std::memory_order_relaxed);
     }
     return;
   }
