@@ -20,14 +20,13 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import torch
 
 import torch_tpu
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fused_vs_strict import WORKLOADS  # noqa: E402
+from fused_vs_strict import WORKLOADS, seconds_per_step  # noqa: E402
 
 
 def main() -> None:
@@ -61,12 +60,7 @@ def main() -> None:
             else:
                 os.environ.pop(args.switch, None)
             step().item()
-            t0 = time.perf_counter()
-            for i in range(args.steps):
-                loss = step()
-                if (i + 1) % args.read_every == 0 or i + 1 == args.steps:
-                    loss.item()
-            times[on].append((time.perf_counter() - t0) / args.steps * 1e3)
+            times[on].append(seconds_per_step(step, args.steps, max(1, args.read_every)) * 1e3)
     os.environ.pop(args.switch, None)
     ratios = sorted(s / u for s, u in zip(times[True], times[False]))
     print(f"{args.workload} {args.mode}: {args.switch} unset {statistics.median(times[False]):.2f} ms/step, "

@@ -96,19 +96,18 @@ def preprocess_step(device: str) -> Callable[[], torch.Tensor]:
 WORKLOADS = {"gpt": gpt_step, "gpt2width": gpt2width_step, "resnet": resnet_step, "preprocess": preprocess_step}
 
 
-READ_EVERY = 1  # --read-every: steps per host read of the loss
-
-
-def seconds_per_step(step: Callable[[], torch.Tensor], steps: int) -> float:
+def seconds_per_step(step: Callable[[], torch.Tensor], steps: int, read_every: int = 1) -> float:
+    """Mean seconds per step; the loss is read on the host every `read_every` steps and after
+    the last one, as training loops log it."""
     t0 = time.perf_counter()
     for i in range(steps):
         loss = step()
-        if (i + 1) % READ_EVERY == 0 or i + 1 == steps:
-            loss.item()  # a host read, as training loops log the loss (every step by default)
+        if (i + 1) % read_every == 0 or i + 1 == steps:
+            loss.item()
     return (time.perf_counter() - t0) / steps
 
 
-def measure(name: str, steps: int, rounds: int) -> dict[str, float]:
+def measure(name: str, steps: int, rounds: int, read_every: int = 1) -> dict[str, float]:
     make = WORKLOADS[name]
     runners: dict[str, Callable[[], torch.Tensor]] = {}
     peaks: dict[str, int] = {}
@@ -129,10 +128,10 @@ def measure(name: str, steps: int, rounds: int) -> dict[str, float]:
         order = ["strict", "fused"] if r % 2 == 0 else ["fused", "strict"]
         for mode in order:
             with torch_tpu.mode(mode):
-                times[mode].append(seconds_per_step(runners[mode], steps))
+                times[mode].append(seconds_per_step(runners[mode], steps, read_every))
         if native is not None:
             native().item()
-            times["cpu"].append(seconds_per_step(native, steps))
+            times["cpu"].append(seconds_per_step(native, steps, read_every))
     speedups = [s / f for s, f in zip(times["strict"], times["fused"])]
     out = {
         "strict_ms": 1e3 * statistics.median(times["strict"]),
@@ -174,12 +173,10 @@ def main() -> None:
     ap.add_argument("--read-every", type=int, default=1,
                     help="read the loss on the host every N steps (and at the end of each round)")
     args = ap.parse_args()
-    global READ_EVERY
-    READ_EVERY = max(1, args.read_every)
     names = args.only.split(",")
     results = {}
     for name in names:
-        r = measure(name, args.steps, args.rounds)
+        r = measure(name, args.steps, args.rounds, max(1, args.read_every))
         results[name] = r
         line = (f"{name:10s} strict {r['strict_ms']:8.2f} ms  fused {r['fused_ms']:8.2f} ms  "
                 f"fused/strict speed {r['speedup']:.2f}x  peak MiB strict {r['strict_peak_mib']:.1f} "
