@@ -536,7 +536,10 @@ TEST(HostFusion, RowClusterLimits) {
     int32_t s = p.add(OpKind::kReduce, DType::kF32, out, {sq}, attrs);
     int32_t y = p.add(OpKind::kExp, DType::kF32, out, {s});
     at::Tensor xv = at::randn(shape) * 0.01;
-    check(p, {y}, {tensor_binding(xv)}, 0, /*exact=*/true);  // mul, reduce, exp: three kernels
+    // Not row sums (a row longer than kMaxRow, a sum over the leading dim): column sums, which
+    // end the mul's cluster (column_sums.h); the exp is a kernel.
+    check(p, {y}, {tensor_binding(xv)}, 1, /*exact=*/true);
+    EXPECT_EQ(compile(p, {y}, true).stats().steps, 2);
   }
   {
     Program p;
@@ -773,18 +776,18 @@ TEST(HostFusion, OutputOrderAndClosingRules) {
 }
 
 TEST(HostFusion, ElementwiseNodesAfterAKernelReadingTheClusterJoinItFirst) {
-  // Batch norm's backward: a cluster computes dy' and x_hat, a per-channel sum of dy' (a
-  // kernel: dims 0, 2, 3) closes it, then dy' * x_hat is summed too. The product joins the
-  // cluster before the first sum runs instead of running as a kernel after it. A node that
-  // reads the first sum, and an output, keep their places.
+  // A cluster computes g and x_hat, a per-channel max of g (a kernel: dims 0, 2, 3) closes it,
+  // then g * x_hat is summed per channel. The product joins the cluster before the max runs
+  // instead of starting a cluster after it (where it would end in its column sum). A node
+  // that reads the max, and an output, keep their places.
   Program p;
   int32_t dy = p.param(0, DType::kF32, {4, 3, 5, 5});
   int32_t x = p.param(1, DType::kF32, {4, 3, 5, 5});
   int32_t g = p.add(OpKind::kMul, DType::kF32, {4, 3, 5, 5}, {dy, dy});
   int32_t xh = p.add(OpKind::kSub, DType::kF32, {4, 3, 5, 5}, {x, dy});
-  int32_t s1 = p.add(OpKind::kReduce, DType::kF32, {3}, {g}, {0, 0, 2, 3});
+  int32_t s1 = p.add(OpKind::kReduce, DType::kF32, {3}, {g}, {2, 0, 2, 3});  // max
   int32_t prod = p.add(OpKind::kMul, DType::kF32, {4, 3, 5, 5}, {g, xh});
-  int32_t s2 = p.add(OpKind::kReduce, DType::kF32, {3}, {prod}, {0, 0, 2, 3});
+  int32_t s2 = p.add(OpKind::kReduce, DType::kF32, {3}, {prod}, {0, 0, 2, 3});  // a kernel after the max
   int32_t b1 = p.add(OpKind::kBroadcastInDim, DType::kF32, {4, 3, 5, 5}, {s1}, {1});
   int32_t out = p.add(OpKind::kSub, DType::kF32, {4, 3, 5, 5}, {prod, b1});  // reads s1: stays after it
   int32_t late = p.add(OpKind::kAbs, DType::kF32, {4, 3, 5, 5}, {xh});       // an output: stays

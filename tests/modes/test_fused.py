@@ -350,6 +350,50 @@ def test_total_sums_fuse_and_match_strict_bit_for_bit(shape):
     assert fused()["kernels_launched"] == 1
 
 
+@pytest.mark.parametrize("shape", [(8, 16, 32, 32), (3, 5, 7, 9), (2, 24, 8, 8), (1, 7, 40, 40), (600, 3, 4, 4)])
+def test_column_sums_fuse_and_match_strict_bit_for_bit(shape: tuple[int, ...]):
+    """A sum over the dims around a kept range (batch norm's per-channel sums, a bias gradient)
+    ends the cluster computing its operand, and adds in column_sums' order (column_sums.h)
+    wherever it runs: in the cluster's tiles (a channels-last walk keeping channels, a
+    row-major walk keeping trailing dims), after them from a scratch copy (an NCHW walk), or in
+    strict mode's sum kernel over NCHW runs, [rows, C] memory or a strided value. So every
+    layout, both modes, gives the same bits. Several blocks of 256 rows and threads (the
+    largest), runs of a length that is not a multiple of 8 (7 x 9), one image."""
+    torch.manual_seed(0)
+    x = torch.randn(shape) * 3
+    layouts = {
+        "nchw": x,
+        "channels_last": x.contiguous(memory_format=torch.channels_last),
+        "strided": x.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3),
+    }
+    cases = [
+        lambda t: (t * 0.5 - 1).sum([0, 2, 3]),
+        lambda t: t.sum([0, 2, 3]),
+        lambda t: (t * t).flatten(0, 2).sum(0),  # a bias gradient's shape: keeps the trailing dim
+        lambda t: t.relu().sum([0, 1]),
+    ]
+    results = {}
+    for name, v in layouts.items():
+        t = v.to("tpu")
+        assert t.stride() == v.stride()
+        results[f"fused {name}"] = [f(t).cpu() for f in cases]
+        with torch_tpu.mode("strict"):
+            results[f"strict {name}"] = [f(t).cpu() for f in cases]
+    ref = results["strict nchw"]
+    for name, got in results.items():
+        for k, (g, r) in enumerate(zip(got, ref)):
+            assert torch.equal(g, r), f"{name}, case {k}: differs from strict mode on NCHW memory"
+    for k, f in enumerate(cases):  # float32 summation order against a float64 sum
+        torch.testing.assert_close(ref[k].double(), f(x.double()), rtol=1e-5, atol=1e-4)
+    # The prologue and the per-channel sum are one kernel; the operand is never stored.
+    t = layouts["channels_last"].to("tpu")
+    torch_tpu.sync()
+    torch_tpu.reset_metrics()
+    cases[0](t).cpu()
+    assert fused()["kernels_launched"] == 1
+    assert fused()["stores_skipped"] >= 2
+
+
 @pytest.mark.parametrize("shape", [(300_001,), (1,), ()])
 def test_scalar_operands_are_computed_once_and_exact(shape: tuple[int, ...]):
     """Instructions that read only scalars (Python numbers, one-element tensors) run once per

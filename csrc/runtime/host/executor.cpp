@@ -293,10 +293,11 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
       }
       continue;
     }
-    if (options.fuse && is_total_sum(graph, i)) {
-      // A sum over everything of a plain cluster's member ends that cluster (fusion.h).
+    if (options.fuse && (is_total_sum(graph, i) || column_sum_kept(graph, i))) {
+      // A sum over everything, or over the dims around a kept range, of a plain cluster's
+      // member ends that cluster (fusion.h).
       const int32_t c = cluster_of[node.operands[0]];
-      if (c >= 0 && open[c] && clusters[c]->add_total_sum(graph, i, [&](int32_t v) { return cluster_of[v] == c; })) {
+      if (c >= 0 && open[c] && clusters[c]->add_closing_sum(graph, i, [&](int32_t v) { return cluster_of[v] == c; })) {
         cluster_of[i] = c;
         if (is_output_[i]) close_for_output(i, c);
         close(c);

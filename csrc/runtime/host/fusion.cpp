@@ -7,10 +7,6 @@
 #include <dlfcn.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
-// The tile loops get an AVX2 clone, chosen by the ifunc resolver when the library loads.
-#define TPU_AVX2_CLONES [[gnu::target_clones("avx2", "default")]]
-#else
-#define TPU_AVX2_CLONES
 #endif
 
 #include <algorithm>
@@ -23,6 +19,8 @@
 #include <unordered_map>
 
 #include "common/check.h"
+#include "runtime/host/clones.h"
+#include "runtime/host/column_sums.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
 
@@ -990,9 +988,9 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
       slot_of[m] = s;
       continue;
     }
-    if (m == total_sum_) {  // summed per tile in run(), after the last instruction
-      total_slot_ = slot_of.at(n.operands.at(0));
-      slot_of[m] = total_slot_;
+    if (m == total_sum_ || m == column_sum_) {  // summed per tile in run(), after the last instruction
+      (m == total_sum_ ? total_slot_ : column_slot_) = slot_of.at(n.operands.at(0));
+      slot_of[m] = slot_of[n.operands[0]];
       continue;
     }
     Op op = node_op(n, g);
@@ -1051,6 +1049,11 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
   } else if (total_sum_ >= 0) {  // tiles divide the sum's blocks (numel_ > kMaxRow > kMaxTile)
     tile_ = 32;
     while (tile_ * 2 <= std::min(kMaxTile, fit)) tile_ *= 2;
+  } else if (column_sum_ >= 0) {  // powers of two that divide a column sum's blocks of elements
+    const int64_t block = kColumnBlock * c10::multiply_integers(shape_.begin() + column_kept_.first,
+                                                                shape_.begin() + column_kept_.second);
+    tile_ = 8;
+    while (tile_ * 2 <= std::min(kMaxTile, fit) && tile_ < numel_ && block % (tile_ * 2) == 0) tile_ *= 2;
   } else {
     tile_ = std::clamp<int64_t>((numel_ + 7) / 8 * 8, 8, std::min(kMaxTile, fit));
   }
@@ -1062,10 +1065,11 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     stores_.push_back({members_[k], slot_of[members_[k]], to_aten(n.dtype), n.shape, reduced_shape(n.shape)});
     const int16_t slot = stores_.back().slot;
     stores_.back().total = members_[k] == total_sum_;
-    stores_.back().per_tile =
-        !stores_.back().total && std::any_of(program_.begin(), program_.end(), [&](const Instr& in) {
-          return in.dst == slot && !in.invariant && !in.rows && !in.expand;
-        });
+    stores_.back().column = members_[k] == column_sum_;
+    stores_.back().per_tile = !stores_.back().total && !stores_.back().column &&
+                              std::any_of(program_.begin(), program_.end(), [&](const Instr& in) {
+                                return in.dst == slot && !in.invariant && !in.rows && !in.expand;
+                              });
     // run() computes nothing for an empty cluster: a stored value with elements would be left
     // unwritten (the executor never folds 0-d values into an empty cluster, see executor.cpp).
     TPU_CHECK(numel_ > 0 || c10::multiply_integers(n.shape) == 0, "host fusion: member %", members_[k], " of shape ",
@@ -1178,11 +1182,33 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   }
 
   const bool use_sleef = sleef().unary[kExp] != nullptr;
-  // A total sum: one sum per block of kSumBlock elements, each block's tiles on one thread.
-  const int64_t tiles_per_block = total_sum_ >= 0 ? kSumBlock / tile : 1;
-  std::vector<float> block_sums(total_sum_ >= 0 ? static_cast<size_t>((numel_ + kSumBlock - 1) / kSumBlock) : 0);
+  // A column sum adds its rows per tile when the walk visits the member as [rows, kept]: kept
+  // dims trailing in a row-major walk, the channels in a channels-last one. Otherwise its
+  // member goes to a scratch tensor in walk order, summed after the tiles.
+  const int64_t columns = column_sum_ < 0 ? 0
+                                          : c10::multiply_integers(shape_.begin() + column_kept_.first,
+                                                                   shape_.begin() + column_kept_.second);
+  const bool columns_in_tiles = column_sum_ >= 0 && (walk ? column_kept_ == std::make_pair(1, 2)
+                                                          : column_kept_.second == static_cast<int>(shape_.size()));
+  at::Tensor column_scratch;
+  Access column_scratch_acc;
+  if (column_sum_ >= 0 && !columns_in_tiles) {
+    column_scratch = at::empty(
+        shape_, at::TensorOptions().dtype(at::kFloat).memory_format(walk ? *walk : at::MemoryFormat::Contiguous));
+    column_scratch_acc =
+        walk ? make_access(column_scratch.data_ptr(), at::kFloat, walk_shape, permuted(column_scratch.strides()))
+             : make_access(column_scratch.data_ptr(), at::kFloat, shape_, column_scratch.strides());
+  }
+  // A total sum: one sum per block of kSumBlock elements; a column sum: one per column per
+  // block of kColumnBlock rows. Each block's tiles run on one thread.
+  const int64_t block = total_sum_ >= 0 ? kSumBlock : columns_in_tiles ? kColumnBlock * columns : tile;
+  const int64_t tiles_per_block = block / tile, num_blocks = (numel_ + block - 1) / block;
+  std::vector<float> block_sums(total_sum_ >= 0    ? static_cast<size_t>(num_blocks)
+                                : columns_in_tiles ? static_cast<size_t>(num_blocks * columns)
+                                                   : 0);
   auto run_tiles = [&](int64_t t0, int64_t t1) {
     LaneSums lanes;
+    thread_local ColumnLanes column_lanes;
     // Per-thread scratch, reused across runs: a fresh vector per run cost a malloc (often
     // above glibc's fastbin sizes, so it consolidated the heap) plus a zero fill.
     thread_local std::vector<float> scratch;
@@ -1255,8 +1281,17 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
           lanes = LaneSums();
         }
       }
+      if (columns_in_tiles) {
+        if (start % block == 0) column_lanes.reset(columns);
+        column_lanes.add(start % block, slot(column_slot_), n);
+        if ((start + n) % block == 0 || start + n == numel_)
+          column_lanes.finish(&block_sums[(start / block) * columns]);
+      } else if (column_slot_ >= 0) {
+        store(column_scratch_acc, start, n, slot(column_slot_));
+      }
       for (size_t j = 0; j < stores_.size(); ++j) {
-        if ((store_in_place[j] && whole) || stores_[j].total) continue;  // already there, or after the tiles
+        // Already there, or written after the tiles.
+        if ((store_in_place[j] && whole) || stores_[j].total || stores_[j].column) continue;
         if (!stores_[j].reduced) {
           store(out_acc[j], start, n, slot(stores_[j].slot));
           continue;
@@ -1274,7 +1309,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   // A stream worker runs ATen with one thread, so at::parallel_for is serial there: a cluster
   // with enough work (elements x instructions, compared like an elementwise kernel's elements)
   // splits its tiles across the kernel threads instead (kernel_threads.h).
-  // A total sum's blocks never straddle two threads: its tiles are handed out in whole blocks.
+  // A sum's blocks never straddle two threads: its tiles are handed out in whole blocks.
   const int64_t units = (num_tiles + tiles_per_block - 1) / tiles_per_block;
   auto run_units = [&](int64_t u0, int64_t u1) {
     run_tiles(u0 * tiles_per_block, std::min(num_tiles, u1 * tiles_per_block));
@@ -1286,9 +1321,18 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
     at::parallel_for(0, units, std::max<int64_t>(1, at::internal::GRAIN_SIZE / (tile * tiles_per_block)), run_units);
   }
   for (size_t j = 0; j < stores_.size(); ++j) {
-    if (!stores_[j].total) continue;
-    const float sum = total_sum(block_sums.data(), static_cast<int64_t>(block_sums.size()));
-    store(out_acc[j], 0, 1, &sum);
+    if (stores_[j].total) {
+      const float sum = total_sum(block_sums.data(), static_cast<int64_t>(block_sums.size()));
+      store(out_acc[j], 0, 1, &sum);
+    } else if (stores_[j].column) {
+      std::vector<float> sums(static_cast<size_t>(columns));
+      if (columns_in_tiles) {
+        combine_column_blocks(block_sums.data(), num_blocks, columns, sums.data());
+      } else {
+        column_sums(column_scratch, column_kept_.first, column_kept_.second, sums.data());
+      }
+      store(out_acc[j], 0, columns, sums.data());
+    }
   }
 }
 

@@ -51,7 +51,14 @@
 //    stored and the sum does not read it back from memory. total_sum() defines the order
 //    (blocks in row_sum_one's order, then the blocks' sums the same way); the reduce kernel
 //    uses it too, so fused and strict modes agree bit for bit.
-//  * Layout: a plain cluster (no reduction, no total sum) of rank 4 or 5 with a full-size
+//  * Column sums: an f32 sum keeping a range of dims (column_sums.h: batch norm's sums over N,
+//    H and W; a bias gradient's over the batch) of a plain cluster's member ends the cluster
+//    like a total sum. When the walk visits the member as [rows, kept] (kept dims trailing in
+//    a row-major walk, or channels kept in a channels-last walk) each tile adds its rows into
+//    lane accumulators (ColumnLanes) of its block of kColumnBlock rows, and the member is not
+//    stored for the sum; any other walk stores it to a scratch tensor that column_sums() sums
+//    after the tiles. Both add in column_sums' order, as the reduce kernel does.
+//  * Layout: a plain cluster (no row reduction, no total sum) of rank 4 or 5 with a full-size
 //    operand in channels-last memory (a convolution's result: kernels_contract.cpp) walks its
 //    elements in that memory order (N, spatial..., C), and its fresh stores are channels-last
 //    too, so a convolution -> batch norm -> ReLU -> convolution chain streams memory in order
@@ -68,9 +75,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/host/column_sums.h"
 
 namespace torch_tpu::runtime::host {
 
@@ -149,16 +158,24 @@ class Cluster {
     members_.push_back(id);
     return true;
   }
-  // Appends `id` (is_total_sum) if it sums a member of this plain cluster: it must be the last
-  // member (the caller closes the cluster). `member(v)`: whether node v is a member.
+  // Appends `id`, a total sum (is_total_sum) or a column sum (column_sum_kept), if it sums a
+  // member of this plain cluster: it must be the last member (the caller closes the cluster).
+  // `member(v)`: whether node v is a member.
   template <typename Pred>
-  bool add_total_sum(const ir::Graph& g, int32_t id, Pred member) {
+  bool add_closing_sum(const ir::Graph& g, int32_t id, Pred member) {
     const int32_t x = g.node(id).operands.at(0);
-    if (lead_rank_ >= 0 || total_sum_ >= 0 || members_.size() >= kMaxClusterNodes || g.node(x).shape != shape_ ||
-        !member(x)) {
+    if (lead_rank_ >= 0 || total_sum_ >= 0 || column_sum_ >= 0 || members_.size() >= kMaxClusterNodes ||
+        g.node(x).shape != shape_ || !member(x)) {
       return false;
     }
-    total_sum_ = id;
+    if (is_total_sum(g, id)) {
+      total_sum_ = id;
+    } else if (auto kept = column_sum_kept(g, id)) {
+      column_sum_ = id;
+      column_kept_ = *kept;
+    } else {
+      return false;
+    }
     members_.push_back(id);
     return true;
   }
@@ -233,7 +250,8 @@ class Cluster {
     // Computed by a tile instruction (not loaded, not invariant): a contiguous float32
     // destination can then be that instruction's buffer (see run()).
     bool per_tile = false;
-    bool total = false;  // the total sum: written once, after every tile
+    bool total = false;   // the total sum: written once, after every tile
+    bool column = false;  // the column sum: written once, after every tile
   };
 
  private:
@@ -256,8 +274,11 @@ class Cluster {
   int64_t row_ = 1;          // elements per row (row clusters; tiles hold whole rows)
   int64_t slot_stride_ = 0;  // floats between tile buffers (tile_ rounded up to 8)
   int lead_rank_ = -1;
-  int32_t total_sum_ = -1;   // the total sum member (add_total_sum), or -1
+  int32_t total_sum_ = -1;   // the total sum member (add_closing_sum), or -1
   int16_t total_slot_ = -1;  // the slot of the value it sums
+  int32_t column_sum_ = -1;  // the column sum member (add_closing_sum), or -1
+  int16_t column_slot_ = -1;               // the slot of the value it sums
+  std::pair<int, int> column_kept_{0, 0};  // its kept dims [k0, k1)
   int16_t num_slots_ = 0;
   std::vector<Input> inputs_;
   std::vector<std::pair<int16_t, float>> splats_;  // slot, value: constants

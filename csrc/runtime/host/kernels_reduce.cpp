@@ -1,13 +1,14 @@
 // Reductions (reduce, reduce_window, scan) and sort, mapped onto ATen's CPU reductions with the
 // exact calls builder.py's reference makes (sum with dtype=input dtype, prod dim by dim, ...),
-// except float32 sums over trailing dims that a row cluster could hold, and over every dim:
-// those add in the clusters' order (fusion.h, row_sums and total_sum), so a sum gives the same
-// bits fused or not.
+// except float32 sums over trailing dims that a row cluster could hold, over every dim, and
+// over the dims around a kept range (column_sums.h): those add in the clusters' order
+// (fusion.h, row_sums, total_sum and column_sums), so a sum gives the same bits fused or not.
 #include <ATen/Parallel.h>
 
 #include <limits>
 
 #include "common/check.h"
+#include "runtime/host/column_sums.h"
 #include "runtime/host/fusion.h"
 #include "runtime/host/kernels.h"
 
@@ -70,6 +71,21 @@ Kernel row_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
   };
 }
 
+// A float32 sum keeping a contiguous range of dims (column_sum_kept), e.g. batch norm's
+// per-channel sums: added in column_sums' order, as a cluster ending in it adds (fusion.h).
+Kernel column_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x, int k0, int k1) {
+  const std::vector<int64_t> shape = n.shape, in_shape = xn.shape;
+  return [x, shape, in_shape, k0, k1](const Values& v, at::Tensor* out) {
+    at::Tensor t = v[x];
+    if (!t.sizes().equals(in_shape)) t = t.expand(in_shape);  // a 0-d constant read at full shape
+    const bool direct = out != nullptr && out->is_contiguous();
+    at::Tensor r = direct ? *out : at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+    column_sums(t, k0, k1, r.data_ptr<float>());
+    if (out != nullptr && !direct) return out->copy_(r);
+    return r;
+  };
+}
+
 Kernel reduce_kernel(const ir::Graph& g, int32_t id, const ir::Node& n, const ir::Node& xn, int32_t x) {
   auto kind = static_cast<ir::ReduceKind>(n.iattrs.at(0));
   std::vector<int64_t> dims(n.iattrs.begin() + 1, n.iattrs.end());
@@ -98,6 +114,7 @@ Kernel reduce_kernel(const ir::Graph& g, int32_t id, const ir::Node& n, const ir
   if ((kind == ir::ReduceKind::kSum && row_reduce_lead_rank(g, id) >= 0) || is_total_sum(g, id)) {
     return row_sum_kernel(n, xn, x);
   }
+  if (auto kept = column_sum_kept(g, id)) return column_sum_kernel(n, xn, x, kept->first, kept->second);
   switch (kind) {
     case ir::ReduceKind::kSum:  // ATen accumulates f16/bf16 in f32 and rounds once
       return [x, dims, dtype](const Values& v, at::Tensor* out) {
