@@ -355,9 +355,9 @@ def test_column_sums_fuse_and_match_strict_bit_for_bit(shape: tuple[int, ...]):
     """A sum over the dims around a kept range (batch norm's per-channel sums, a bias gradient)
     ends the cluster computing its operand, and adds in column_sums' order (column_sums.h)
     wherever it runs: in the cluster's tiles (a channels-last walk keeping channels, a
-    row-major walk keeping trailing dims), after them from a scratch copy (an NCHW walk), or in
-    strict mode's sum kernel over NCHW runs, [rows, C] memory or a strided value. So every
-    layout, both modes, gives the same bits. Several blocks of 256 rows and threads (the
+    row-major walk keeping trailing dims), after them from the stored member or a scratch copy
+    (an NCHW walk), or in strict mode's sum kernel over NCHW runs, [rows, C] memory or a
+    strided value. So every layout, both modes, gives the same bits. Several blocks of 256 rows and threads (the
     largest), runs of a length that is not a multiple of 8 (7 x 9), one image."""
     torch.manual_seed(0)
     x = torch.randn(shape) * 3
@@ -371,6 +371,8 @@ def test_column_sums_fuse_and_match_strict_bit_for_bit(shape: tuple[int, ...]):
         lambda t: t.sum([0, 2, 3]),
         lambda t: (t * t).flatten(0, 2).sum(0),  # a bias gradient's shape: keeps the trailing dim
         lambda t: t.relu().sum([0, 1]),
+        # The summed member is stored too (read outside the cluster): summed from there.
+        lambda t: (lambda u: torch.cat([u.sum([0, 2, 3]), u.flatten()[:7]]))(t - 0.25),
     ]
     results = {}
     for name, v in layouts.items():

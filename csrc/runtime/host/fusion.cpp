@@ -990,6 +990,7 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     }
     if (m == total_sum_ || m == column_sum_) {  // summed per tile in run(), after the last instruction
       (m == total_sum_ ? total_slot_ : column_slot_) = slot_of.at(n.operands.at(0));
+      if (m == column_sum_) column_operand_ = n.operands[0];
       slot_of[m] = slot_of[n.operands[0]];
       continue;
     }
@@ -1190,9 +1191,13 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
                                                                    shape_.begin() + column_kept_.second);
   const bool columns_in_tiles = column_sum_ >= 0 && (walk ? column_kept_ == std::make_pair(1, 2)
                                                           : column_kept_.second == static_cast<int>(shape_.size()));
+  // A member the cluster stores anyway is summed from its destination after the tiles.
   at::Tensor column_scratch;
   Access column_scratch_acc;
-  if (column_sum_ >= 0 && !columns_in_tiles) {
+  const int32_t column_operand = column_sum_ < 0 ? -1 : column_operand_;
+  const bool column_operand_stored =
+      std::any_of(stores_.begin(), stores_.end(), [&](const Store& st) { return st.node == column_operand; });
+  if (column_sum_ >= 0 && !columns_in_tiles && !column_operand_stored) {
     column_scratch = at::empty(
         shape_, at::TensorOptions().dtype(at::kFloat).memory_format(walk ? *walk : at::MemoryFormat::Contiguous));
     column_scratch_acc =
@@ -1286,7 +1291,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
         column_lanes.add(start % block, slot(column_slot_), n);
         if ((start + n) % block == 0 || start + n == numel_)
           column_lanes.finish(&block_sums[(start / block) * columns]);
-      } else if (column_slot_ >= 0) {
+      } else if (column_scratch.defined()) {
         store(column_scratch_acc, start, n, slot(column_slot_));
       }
       for (size_t j = 0; j < stores_.size(); ++j) {
@@ -1329,7 +1334,8 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
       if (columns_in_tiles) {
         combine_column_blocks(block_sums.data(), num_blocks, columns, sums.data());
       } else {
-        column_sums(column_scratch, column_kept_.first, column_kept_.second, sums.data());
+        column_sums(column_scratch.defined() ? column_scratch : values[column_operand], column_kept_.first,
+                    column_kept_.second, sums.data());
       }
       store(out_acc[j], 0, columns, sums.data());
     }

@@ -56,8 +56,9 @@
 //    like a total sum. When the walk visits the member as [rows, kept] (kept dims trailing in
 //    a row-major walk, or channels kept in a channels-last walk) each tile adds its rows into
 //    lane accumulators (ColumnLanes) of its block of kColumnBlock rows, and the member is not
-//    stored for the sum; any other walk stores it to a scratch tensor that column_sums() sums
-//    after the tiles. Both add in column_sums' order, as the reduce kernel does.
+//    stored for the sum; any other walk (an NCHW one keeping channels) sums it after the tiles
+//    with column_sums(), from its destination if the cluster stores it, else from a scratch
+//    tensor. Both add in column_sums' order, as the reduce kernel does.
 //  * Layout: a plain cluster (no row reduction, no total sum) of rank 4 or 5 with a full-size
 //    operand in channels-last memory (a convolution's result: kernels_contract.cpp) walks its
 //    elements in that memory order (N, spatial..., C), and its fresh stores are channels-last
@@ -278,6 +279,7 @@ class Cluster {
   int16_t total_slot_ = -1;  // the slot of the value it sums
   int32_t column_sum_ = -1;  // the column sum member (add_closing_sum), or -1
   int16_t column_slot_ = -1;               // the slot of the value it sums
+  int32_t column_operand_ = -1;            // the member it sums
   std::pair<int, int> column_kept_{0, 0};  // its kept dims [k0, k1)
   int16_t num_slots_ = 0;
   std::vector<Input> inputs_;
