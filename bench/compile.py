@@ -14,11 +14,11 @@ SmallResNet training step and inference) and prints steps/s and ratios:
   inductor   torch.compile(model) on CPU (Inductor, C++ codegen)
 Rounds alternate the variant order; steps/s are medians per variant, and the compiled ratios
 are medians of the per-round ratios (2 shared cores make single runs swing by 30%; a pair
-measured in the same round shares its swing). Besides wall-clock steps/s, the CPU time of the whole process per
-step (every thread: the caller and the tpu stream worker) is reported, and its ratios: on a
-machine shared with other jobs the wall clock mostly measures the share of the cores this
-process got, while CPU time measures the work (run with --threads 1: idle OpenMP threads spin
-and would count as work). Compile time: the first training step (Dynamo, AOTAutograd,
+measured in the same round shares its swing). Besides wall-clock steps/s, the CPU time of the
+whole process per step (every thread: the caller and the tpu stream worker) is reported, and
+its ratios: on a machine shared with other jobs the wall clock mostly measures the share of
+the cores this process got, while CPU time measures the work (run with --threads 1: idle
+OpenMP threads spin and would count as work). Compile time: the first training step (Dynamo, AOTAutograd,
 lowering and compiling forward and backward) of a fresh process with an empty cache
 directory ("cold") and of a second process sharing it ("warm"), for the tpu backend
 (TORCH_TPU_CACHE_DIR) and for Inductor (TORCHINDUCTOR_CACHE_DIR, its FX graph and AOTAutograd

@@ -357,8 +357,9 @@ def test_column_sums_fuse_and_match_strict_bit_for_bit(shape: tuple[int, ...]):
     wherever it runs: in the cluster's tiles (a channels-last walk keeping channels, a
     row-major walk keeping trailing dims), after them from the stored member or a scratch copy
     (an NCHW walk), or in strict mode's sum kernel over NCHW runs, [rows, C] memory or a
-    strided value. So every layout, both modes, gives the same bits. Several blocks of 256 rows and threads (the
-    largest), runs of a length that is not a multiple of 8 (7 x 9), one image."""
+    strided value. So every layout, both modes, gives the same bits. Several blocks of 256
+    rows and threads (the largest), runs of a length that is not a multiple of 8 (7 x 9), one
+    image."""
     torch.manual_seed(0)
     x = torch.randn(shape) * 3
     layouts = {

@@ -104,24 +104,13 @@ TPU_AVX2_CLONES void finish_lanes(const float* __restrict lanes, int64_t width, 
   }
 }
 
-// Runs fn over [0, units) on the kernel threads (a stream worker) or ATen's intra-op threads.
-template <typename Fn>
-void split_units(int64_t elements, int64_t units, int64_t elements_per_unit, const Fn& fn) {
-  if (const int parts = split_parts(elements, units); parts > 1) {
-    run_split_rows(parts, units, fn);
-  } else {
-    at::parallel_for(0, units, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(elements_per_unit, 1)),
-                     fn);
-  }
-}
-
 // [rows, cols] memory with rows `ld` apart: lanes per block of rows and chunk of columns.
 void sum_rows(const float* x, int64_t rows, int64_t cols, int64_t ld, float* out) {
   constexpr int64_t kChunk = 256;  // 8 lanes of 256 columns: 8 KiB
   const int64_t blocks = (rows + kColumnBlock - 1) / kColumnBlock, chunks = (cols + kChunk - 1) / kChunk;
   std::vector<float> block_sums(blocks == 1 ? 0 : static_cast<size_t>(blocks * cols));
   float* const sums = blocks == 1 ? out : block_sums.data();
-  split_units(rows * cols, blocks * chunks, kColumnBlock * std::min(cols, kChunk), [&](int64_t u0, int64_t u1) {
+  parallel_units(rows * cols, blocks * chunks, kColumnBlock * std::min(cols, kChunk), [&](int64_t u0, int64_t u1) {
     thread_local std::vector<float> lanes;
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / chunks, c0 = (u % chunks) * kChunk, width = std::min(kChunk, cols - c0);
@@ -184,7 +173,7 @@ void sum_runs(const float* x, int64_t outer, int64_t cols, int64_t inner, float*
   const int64_t rows = outer * inner, blocks = (rows + kColumnBlock - 1) / kColumnBlock;
   std::vector<float> block_sums(blocks == 1 ? 0 : static_cast<size_t>(blocks * cols));
   float* const sums = blocks == 1 ? out : block_sums.data();
-  split_units(rows * cols, (cols + 3) / 4, rows * 4, [&](int64_t g0, int64_t g1) {
+  parallel_units(rows * cols, (cols + 3) / 4, rows * 4, [&](int64_t g0, int64_t g1) {
     sum_runs_columns(x, outer, cols, inner, g0 * 4, std::min(cols, g1 * 4), sums);
   });
   if (blocks > 1) combine_column_blocks(block_sums.data(), blocks, cols, out);

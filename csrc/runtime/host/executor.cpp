@@ -251,9 +251,10 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   };
   // Before a kernel step closes an open plain cluster it reads, the next few elementwise nodes
   // of that cluster's shape whose operands are all computed by then (members of the cluster,
-  // or values placed before the kernel) join the cluster first. Batch norm's backward sums a
-  // cluster's value per channel (a kernel) and then multiplies two of its values: the product
-  // ran as a kernel of its own, a pass over memory. Outputs never move (write order).
+  // or values placed before the kernel) join the cluster first. Batch norm's backward summed a
+  // cluster's value per channel (then a kernel; now a column sum, fusion.h) and then
+  // multiplied two of its values: the product ran as a kernel of its own, a pass over memory.
+  // Any kernel reading an open cluster still gets this. Outputs never move (write order).
   constexpr int32_t kPullAhead = 8;
   std::vector<bool> pulled(n, false);
   auto pull_ahead = [&](int32_t c, int32_t at) {

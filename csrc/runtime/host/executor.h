@@ -25,8 +25,8 @@
 //      - when it is full (kMaxClusterNodes members), and at the end of the graph.
 //    Before a kernel step closes a plain cluster it reads, the next few fusible nodes of the
 //    cluster's shape whose operands are all computed by then (and that are no outputs) join
-//    the cluster first (batch norm's backward: a per-channel sum, then a product of the
-//    cluster's values, which otherwise ran alone).
+//    the cluster first (a kernel reducing the cluster's value, then a product of the cluster's
+//    values, which otherwise started a cluster after the kernel).
 //    A closed cluster of one node is an ordinary kernel step. Members store only values read
 //    by a later step or requested as outputs. Consequence for callers: a tensor input is read
 //    whenever its reading step runs, which may be after an output that precedes it in node

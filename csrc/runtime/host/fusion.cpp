@@ -822,11 +822,7 @@ float total_sum(const float* x, int64_t n) {
     for (int64_t b = b0; b < b1; ++b) sums[b] = row_sum_one(x + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
   };
   // On a stream worker (one OpenMP thread) the kernel threads split it, as elementwise kernels.
-  if (const int parts = split_parts(n, blocks); parts > 1) {
-    run_split_rows(parts, blocks, sum_blocks);
-  } else {
-    at::parallel_for(0, blocks, std::max<int64_t>(1, at::internal::GRAIN_SIZE / kSumBlock), sum_blocks);
-  }
+  parallel_units(n, blocks, kSumBlock, sum_blocks);
   return total_sum(sums.data(), blocks);
 }
 
@@ -1051,8 +1047,8 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     tile_ = 32;
     while (tile_ * 2 <= std::min(kMaxTile, fit)) tile_ *= 2;
   } else if (column_sum_ >= 0) {  // powers of two that divide a column sum's blocks of elements
-    const int64_t block = kColumnBlock * c10::multiply_integers(shape_.begin() + column_kept_.first,
-                                                                shape_.begin() + column_kept_.second);
+    column_count_ = c10::multiply_integers(shape_.begin() + column_kept_.first, shape_.begin() + column_kept_.second);
+    const int64_t block = kColumnBlock * column_count_;
     tile_ = 8;
     while (tile_ * 2 <= std::min(kMaxTile, fit) && tile_ < numel_ && block % (tile_ * 2) == 0) tile_ *= 2;
   } else {
@@ -1067,6 +1063,7 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     const int16_t slot = stores_.back().slot;
     stores_.back().total = members_[k] == total_sum_;
     stores_.back().column = members_[k] == column_sum_;
+    column_operand_stored_ |= column_sum_ >= 0 && members_[k] == column_operand_;
     stores_.back().per_tile = !stores_.back().total && !stores_.back().column &&
                               std::any_of(program_.begin(), program_.end(), [&](const Instr& in) {
                                 return in.dst == slot && !in.invariant && !in.rows && !in.expand;
@@ -1186,18 +1183,13 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   // A column sum adds its rows per tile when the walk visits the member as [rows, kept]: kept
   // dims trailing in a row-major walk, the channels in a channels-last one. Otherwise its
   // member goes to a scratch tensor in walk order, summed after the tiles.
-  const int64_t columns = column_sum_ < 0 ? 0
-                                          : c10::multiply_integers(shape_.begin() + column_kept_.first,
-                                                                   shape_.begin() + column_kept_.second);
+  const int64_t columns = column_count_;
   const bool columns_in_tiles = column_sum_ >= 0 && (walk ? column_kept_ == std::make_pair(1, 2)
                                                           : column_kept_.second == static_cast<int>(shape_.size()));
   // A member the cluster stores anyway is summed from its destination after the tiles.
   at::Tensor column_scratch;
   Access column_scratch_acc;
-  const int32_t column_operand = column_sum_ < 0 ? -1 : column_operand_;
-  const bool column_operand_stored =
-      std::any_of(stores_.begin(), stores_.end(), [&](const Store& st) { return st.node == column_operand; });
-  if (column_sum_ >= 0 && !columns_in_tiles && !column_operand_stored) {
+  if (column_sum_ >= 0 && !columns_in_tiles && !column_operand_stored_) {
     column_scratch = at::empty(
         shape_, at::TensorOptions().dtype(at::kFloat).memory_format(walk ? *walk : at::MemoryFormat::Contiguous));
     column_scratch_acc =
@@ -1319,12 +1311,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   auto run_units = [&](int64_t u0, int64_t u1) {
     run_tiles(u0 * tiles_per_block, std::min(num_tiles, u1 * tiles_per_block));
   };
-  const int parts = split_parts(split_work(), units);
-  if (parts > 1) {
-    run_split_rows(parts, units, run_units);
-  } else {
-    at::parallel_for(0, units, std::max<int64_t>(1, at::internal::GRAIN_SIZE / (tile * tiles_per_block)), run_units);
-  }
+  parallel_units(split_work(), units, tile * tiles_per_block, run_units);
   for (size_t j = 0; j < stores_.size(); ++j) {
     if (stores_[j].total) {
       const float sum = total_sum(block_sums.data(), static_cast<int64_t>(block_sums.size()));
@@ -1334,7 +1321,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
       if (columns_in_tiles) {
         combine_column_blocks(block_sums.data(), num_blocks, columns, sums.data());
       } else {
-        column_sums(column_scratch.defined() ? column_scratch : values[column_operand], column_kept_.first,
+        column_sums(column_scratch.defined() ? column_scratch : values[column_operand_], column_kept_.first,
                     column_kept_.second, sums.data());
       }
       store(out_acc[j], 0, columns, sums.data());

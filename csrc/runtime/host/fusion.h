@@ -280,6 +280,8 @@ class Cluster {
   int32_t column_sum_ = -1;  // the column sum member (add_closing_sum), or -1
   int16_t column_slot_ = -1;               // the slot of the value it sums
   int32_t column_operand_ = -1;            // the member it sums
+  int64_t column_count_ = 0;               // its result's elements (the kept positions)
+  bool column_operand_stored_ = false;     // that member is stored too: summed from there
   std::pair<int, int> column_kept_{0, 0};  // its kept dims [k0, k1)
   int16_t num_slots_ = 0;
   std::vector<Input> inputs_;

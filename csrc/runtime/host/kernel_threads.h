@@ -35,6 +35,9 @@
 // each part under the caller's ATen thread-local state (dispatch key exclusions, grad mode).
 #pragma once
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -66,6 +69,16 @@ int split_parts(int64_t numel, int64_t rows);
 void run_split(int parts, const std::function<void(int part)>& fn);
 // run_split over rows [0, rows) cut into `parts` contiguous blocks: fn(lo, hi) per block.
 void run_split_rows(int parts, int64_t rows, const std::function<void(int64_t lo, int64_t hi)>& fn);
+// fn(lo, hi) over units [0, units) of `unit_elements` elements each, for a kernel of `work`
+// elements (split_parts' measure): on the kernel threads when split_parts(work, units) cuts
+// it (a stream worker), else through at::parallel_for (ATen's intra-op threads: the Python
+// thread; serial on a stream worker). Sums whose blocks must stay on one thread pass blocks.
+// A template: the unsplit path calls fn without wrapping it in a std::function (an allocation).
+template <typename Fn>
+void parallel_units(int64_t work, int64_t units, int64_t unit_elements, const Fn& fn) {
+  if (const int parts = split_parts(work, units); parts > 1) return run_split_rows(parts, units, fn);
+  at::parallel_for(0, units, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(unit_elements, 1)), fn);
+}
 
 // Kernels split into parts for helper or waiting threads since the process started (tests).
 uint64_t splits_with_helpers();

@@ -43,6 +43,22 @@ at::Scalar identity(ir::ReduceKind kind, at::ScalarType dtype) {
   return result;
 }
 
+// A float32 sum kernel outside a cluster (the sums whose order fusion.h fixes): `sum(x, out)`
+// writes the result of the operand `x` (at its full shape: a 0-d constant is read expanded)
+// into contiguous float memory, the destination itself when it is contiguous.
+template <typename Sum>
+Kernel fixed_order_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x, Sum sum) {
+  return [x, shape = n.shape, in_shape = xn.shape, sum](const Values& v, at::Tensor* out) {
+    at::Tensor t = v[x];
+    if (!t.sizes().equals(in_shape)) t = t.expand(in_shape);
+    const bool direct = out != nullptr && out->is_contiguous();
+    at::Tensor r = direct ? *out : at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+    sum(t, r.data_ptr<float>());
+    if (out != nullptr && !direct) return out->copy_(r);
+    return r;
+  };
+}
+
 // A float32 sum over the trailing dims (row_reduce_lead_rank admits it), or over every dim of
 // more elements than a row holds (is_total_sum), running outside a cluster, e.g. in strict mode
 // or over a value no cluster holds: each row is summed by row_sums, the function a row
@@ -50,40 +66,23 @@ at::Scalar identity(ir::ReduceKind kind, at::ScalarType dtype) {
 // logical (row-major) order whatever the operand's strides. Rows split across ATen's intra-op
 // threads (a total sum's blocks: total_sum); a result does not depend on the split.
 Kernel row_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
-  const std::vector<int64_t> shape = n.shape, in_shape = xn.shape;
-  const int64_t rows = c10::multiply_integers(shape), m = c10::multiply_integers(in_shape) / rows;
-  return [x, shape, in_shape, rows, m](const Values& v, at::Tensor* out) {
-    at::Tensor t = v[x];
-    if (!t.sizes().equals(in_shape)) t = t.expand(in_shape);  // a 0-d constant read at full shape
-    t = t.contiguous();
-    const bool direct = out != nullptr && out->is_contiguous();
-    at::Tensor r = direct ? *out : at::empty(shape, at::TensorOptions().dtype(at::kFloat));
-    const float* px = t.const_data_ptr<float>();
-    float* pr = r.data_ptr<float>();
+  const int64_t rows = c10::multiply_integers(n.shape), m = c10::multiply_integers(xn.shape) / rows;
+  return fixed_order_sum_kernel(n, xn, x, [rows, m](const at::Tensor& t, float* pr) {
+    const at::Tensor dense = t.contiguous();
+    const float* px = dense.const_data_ptr<float>();
     if (m > kMaxRow) {  // one row: a total sum
       pr[0] = total_sum(px, m);
     } else {
       at::parallel_for(0, rows, std::max<int64_t>(1, at::internal::GRAIN_SIZE / m),
                        [&](int64_t r0, int64_t r1) { row_sums(px + r0 * m, r1 - r0, m, pr + r0); });
     }
-    if (out != nullptr && !direct) return out->copy_(r);
-    return r;
-  };
+  });
 }
 
 // A float32 sum keeping a contiguous range of dims (column_sum_kept), e.g. batch norm's
 // per-channel sums: added in column_sums' order, as a cluster ending in it adds (fusion.h).
 Kernel column_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x, int k0, int k1) {
-  const std::vector<int64_t> shape = n.shape, in_shape = xn.shape;
-  return [x, shape, in_shape, k0, k1](const Values& v, at::Tensor* out) {
-    at::Tensor t = v[x];
-    if (!t.sizes().equals(in_shape)) t = t.expand(in_shape);  // a 0-d constant read at full shape
-    const bool direct = out != nullptr && out->is_contiguous();
-    at::Tensor r = direct ? *out : at::empty(shape, at::TensorOptions().dtype(at::kFloat));
-    column_sums(t, k0, k1, r.data_ptr<float>());
-    if (out != nullptr && !direct) return out->copy_(r);
-    return r;
-  };
+  return fixed_order_sum_kernel(n, xn, x, [k0, k1](const at::Tensor& t, float* out) { column_sums(t, k0, k1, out); });
 }
 
 Kernel reduce_kernel(const ir::Graph& g, int32_t id, const ir::Node& n, const ir::Node& xn, int32_t x) {
