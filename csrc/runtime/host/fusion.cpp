@@ -242,9 +242,28 @@ template <int64_t G>
 #undef EW3
 #undef TILE_LOOP
 
+// The operand masks as constants for the usual cases (every operand streamed, or one of two
+// tile-invariant): the loops then index plainly, and an invariant operand's loads leave the
+// loop. Measured: a strict GELU (tanh) on [8, 32, 256], one cluster of 8 tile instructions and
+// a tanh, 50-54 us against 57 us with the masks at run time (three alternated processes).
+template <int64_t G>
+[[gnu::always_inline]] inline void exec_op_masks(uint8_t op, float* __restrict d, const float* __restrict a,
+                                                 const float* __restrict b, const float* __restrict c, int64_t n,
+                                                 int64_t ma, int64_t mb, int64_t mc) {
+  if (ma != 0 && mb != 0 && mc != 0) {
+    exec_op_groups<G>(op, d, a, b, c, n, -1, -1, -1);
+  } else if (ma == 0 && mb != 0 && mc != 0) {
+    exec_op_groups<G>(op, d, a, b, c, n, 0, -1, -1);
+  } else if (ma != 0 && mb == 0 && mc != 0) {
+    exec_op_groups<G>(op, d, a, b, c, n, -1, 0, -1);
+  } else {
+    exec_op_groups<G>(op, d, a, b, c, n, ma, mb, mc);
+  }
+}
+
 TPU_AVX2_CLONES void exec_op(uint8_t op, float* __restrict d, const float* __restrict a, const float* __restrict b,
                              const float* __restrict c, int64_t n, int64_t ma, int64_t mb, int64_t mc) {
-  exec_op_groups<8>(op, d, a, b, c, n, ma, mb, mc);
+  exec_op_masks<8>(op, d, a, b, c, n, ma, mb, mc);
 }
 
 #if defined(__x86_64__)
@@ -262,7 +281,7 @@ bool avx512_lanes() {
                                                const float* __restrict b, const float* __restrict c, int64_t n,
                                                int64_t ma, int64_t mb, int64_t mc) {
   const int64_t n16 = n / 16 * 16;
-  exec_op_groups<16>(op, d, a, b, c, n16, ma, mb, mc);
+  exec_op_masks<16>(op, d, a, b, c, n16, ma, mb, mc);
   if (n16 == n) return;
   auto at = [n16](const float* p, int64_t m) { return p == nullptr ? p : p + (n16 & m); };
   exec_op_groups<8>(op, d + n16, at(a, ma), at(b, mb), at(c, mc), n - n16, ma, mb, mc);
