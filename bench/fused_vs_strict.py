@@ -4,11 +4,12 @@ Workloads (fused-eager issue):
   gpt        training step of the small GPT from the foundation issue (also vs native CPU eager)
   gpt2width  training step at GPT-2-small width (768, 12 heads) with 2 layers, short context
   resnet     training step of a small ResNet (3x32x32, batch norm, residual blocks)
+  resnet_cl  the same with the model and images channels-last (also vs native CPU eager)
   preprocess an elementwise-heavy preprocessing function over a batch of images
 For each: seconds per step in both modes (warm caches, rounds alternate the modes and the median
 ratio is reported because these 2 shared cores drift), peak device memory of one step per mode,
-and for gpt the ratio to native CPU eager. Cold time-to-first-step (fresh process, empty program
-caches) is reported per mode with --cold.
+and for gpt and resnet_cl the ratio to native CPU eager. Cold time-to-first-step (fresh process,
+empty program caches) is reported per mode with --cold.
 
 Each step ends in a host read of the loss (`.item()`); --read-every N reads it every N steps
 instead (loops that log now and then), which lets the host record ahead of the device.
@@ -58,11 +59,12 @@ def gpt2width_step(device: str) -> Callable[[], torch.Tensor]:
     return gpt_step(device, vocab=512, dim=768, heads=12, layers=2, ctx=64, batch=4)
 
 
-def resnet_step(device: str) -> Callable[[], torch.Tensor]:
+def resnet_step(device: str,
+                memory_format: torch.memory_format = torch.contiguous_format) -> Callable[[], torch.Tensor]:
     torch.manual_seed(0)
-    model = SmallResNet().to(device)
+    model = SmallResNet().to(device, memory_format=memory_format)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    x = torch.randn(16, 3, 32, 32).to(device)
+    x = torch.randn(16, 3, 32, 32).to(device).contiguous(memory_format=memory_format)
     y = torch.randint(0, 10, (16,)).to(device)
 
     def step() -> torch.Tensor:
@@ -93,7 +95,14 @@ def preprocess_step(device: str) -> Callable[[], torch.Tensor]:
     return step
 
 
-WORKLOADS = {"gpt": gpt_step, "gpt2width": gpt2width_step, "resnet": resnet_step, "preprocess": preprocess_step}
+def resnet_channels_last_step(device: str) -> Callable[[], torch.Tensor]:
+    return resnet_step(device, torch.channels_last)
+
+
+WORKLOADS = {"gpt": gpt_step, "gpt2width": gpt2width_step, "resnet": resnet_step,
+             "resnet_cl": resnet_channels_last_step, "preprocess": preprocess_step}
+# Workloads also timed in native CPU eager.
+NATIVE = ("gpt", "resnet_cl")
 
 
 def seconds_per_step(step: Callable[[], torch.Tensor], steps: int, read_every: int = 1) -> float:
@@ -122,7 +131,7 @@ def measure(name: str, steps: int, rounds: int, read_every: int = 1) -> dict[str
             runners[mode]().item()
             torch.tpu.synchronize()
             peaks[mode] = torch.tpu.max_memory_allocated() - base
-    native = make("cpu") if name == "gpt" else None
+    native = make("cpu") if name in NATIVE else None
     times: dict[str, list[float]] = {"strict": [], "fused": [], "cpu": []}
     for r in range(rounds):
         order = ["strict", "fused"] if r % 2 == 0 else ["fused", "strict"]

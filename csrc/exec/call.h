@@ -30,6 +30,14 @@ enum class ArgKind : uint8_t {
   Baked,              // anything else: part of the key, passed to the lowering as a value
 };
 
+// How an op's new results take their memory format, as PyTorch's CPU kernels choose it: ops
+// that allocate `empty_like(input, input.suggest_memory_format())` (batch norm, dropout, pooling,
+// padding, pixel shuffle) follow their first 4-d or 5-d tensor argument; convolutions (input or
+// weight channels-last) follow any; layer norm's and grid sampling's results are contiguous
+// whatever their input. Ops on volumes (names ending in 3d) take channels-last-3d only: their
+// unbatched 4-d operands are [C, D, H, W], not images.
+enum class OutputLayout : uint8_t { kFirstInput, kAnyInput, kContiguous };
+
 struct OpInfo {
   std::string qualname;  // "aten::add"
   std::string overload;  // "Tensor" or ""
@@ -37,6 +45,9 @@ struct OpInfo {
   bool bake_scalars = false;  // set when a lowering needed concrete scalar values
   bool is_view = false;       // returns an alias: must be registered as a metadata kernel
   bool has_device_arg = false;
+  // Memory format of the op's new 4-d and 5-d results (see output_memory_format in dispatch.cpp).
+  OutputLayout layout = OutputLayout::kFirstInput;
+  int8_t layout_min_rank = 4;  // 5 for ops on volumes
 };
 
 struct CallState {

@@ -90,6 +90,12 @@ OpInfo& op_info_locked(const c10::OperatorHandle& op) {
   for (const auto& r : op.schema().returns()) {
     if (r.alias_info() != nullptr && !r.alias_info()->isWrite()) info->is_view = true;
   }
+  const std::string& name = info->qualname;
+  if (name.find("convolution") != std::string::npos) info->layout = OutputLayout::kAnyInput;
+  if (name.find("layer_norm") != std::string::npos || name.find("grid_sampler") != std::string::npos) {
+    info->layout = OutputLayout::kContiguous;
+  }
+  if (name.find("3d") != std::string::npos) info->layout_min_rank = 5;
   g_infos.emplace(key, info);
   return *info;
 }
@@ -337,12 +343,32 @@ void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& n
   }
 }
 
+// The memory format of an op's new results (OutputLayout): the suggested format of its first
+// (or, for convolutions, any channels-last) 4-d or 5-d tensor argument. Programs do not depend
+// on it (bindings carry strides), so it is decided per call, not keyed.
+at::MemoryFormat output_memory_format(const OpInfo& info, const CallState& st) {
+  if (info.layout == OutputLayout::kContiguous) return at::MemoryFormat::Contiguous;
+  for (const at::Tensor& t : st.tensors) {
+    if (!t.defined() || t.dim() < info.layout_min_rank || t.dim() > 5) continue;
+    const at::MemoryFormat f = t.suggest_memory_format();
+    if (info.layout == OutputLayout::kFirstInput || f != at::MemoryFormat::Contiguous) return f;
+  }
+  return at::MemoryFormat::Contiguous;
+}
+
 void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info, CallState& st, size_t nargs,
              torch::jit::Stack* stack) {
   runtime::RngState rng = reserve_rng(*prog, st.generator, st.device.index());
   std::vector<at::Tensor> news;
   news.reserve(prog->new_tensors.size());
-  for (const auto& spec : prog->new_tensors) news.push_back(new_device_tensor(spec, st.device.index()));
+  at::MemoryFormat format = at::MemoryFormat::Contiguous;
+  for (const auto& spec : prog->new_tensors) {
+    if (spec.shape.size() == 4 || spec.shape.size() == 5) {
+      format = output_memory_format(info, st);
+      break;
+    }
+  }
+  for (const auto& spec : prog->new_tensors) news.push_back(new_device_tensor(spec, st.device.index(), format));
   if (mode() == Mode::Fused) {
     for (const auto& o : prog->outputs) {
       if (o.target < 0) continue;
@@ -406,7 +432,7 @@ runtime::RngState reserve_rng(const compiler::Program& prog, const std::optional
   return runtime::RngState{seed, offset};
 }
 
-at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceIndex device) {
+at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceIndex device, at::MemoryFormat format) {
   auto& alloc = device::DeviceAllocator::get();
   int64_t n = 1;
   for (auto s : spec.shape) n *= s;
@@ -416,8 +442,11 @@ at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceInd
   auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                     c10::scalarTypeToTypeMeta(spec.dtype));
   t.unsafeGetTensorImpl()->set_sizes_contiguous(spec.shape);
-  if (spec.channels_last && spec.shape.size() == 4) {
-    t.unsafeGetTensorImpl()->empty_tensor_restride(c10::MemoryFormat::ChannelsLast);
+  const size_t rank = spec.shape.size();
+  if (rank == 4 && (spec.channels_last || format == at::MemoryFormat::ChannelsLast)) {
+    t.unsafeGetTensorImpl()->empty_tensor_restride(at::MemoryFormat::ChannelsLast);
+  } else if (rank == 5 && format == at::MemoryFormat::ChannelsLast3d) {
+    t.unsafeGetTensorImpl()->empty_tensor_restride(at::MemoryFormat::ChannelsLast3d);
   }
   return t;
 }

@@ -23,9 +23,12 @@ namespace torch_tpu::exec {
 runtime::RngState reserve_rng(const compiler::Program& prog, const std::optional<at::Generator>& gen,
                               c10::DeviceIndex device);
 
-// A new contiguous tpu tensor of spec's dtype and shape on `device`, from the caching
-// allocator (uninitialised). Throws torch.OutOfMemoryError when the device is full.
-at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceIndex device);
+// A new tpu tensor of spec's dtype and shape on `device`, from the caching allocator
+// (uninitialised): channels-last when the spec says so, else laid out in `format` where that
+// format fits its rank (channels-last for 4-d, channels-last-3d for 5-d), else contiguous.
+// Throws torch.OutOfMemoryError when the device is full.
+at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceIndex device,
+                             at::MemoryFormat format = at::MemoryFormat::Contiguous);
 
 // Runs prog with strict/debug semantics on the current stream of `device`: inline in debug
 // mode (after waiting for the stream), inline when the program is small and the stream idle,

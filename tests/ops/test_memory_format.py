@@ -1,0 +1,169 @@
+"""Memory format of results: channels-last inputs give the strides PyTorch's CPU kernels give.
+
+Structured ops (add, sigmoid, max_pool2d, ...) reach the device as `.out` calls whose outputs
+PyTorch's meta functions already laid out; the ops lowered as functional calls (convolutions,
+batch norm, relu, dropout, adaptive pooling, ...) allocate their results in the dispatcher,
+which follows the rule of PyTorch's CPU kernels (exec/call.h, OutputLayout). Besides the
+strides users may check, this keeps a channels-last model channels-last from op to op, where
+the host runtime's convolutions need no layout conversion.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils._pytree import tree_flatten, tree_map
+
+import torch_tpu
+
+CL = torch.channels_last
+
+# Ops whose tpu results still differ in layout from CPU's for channels-last inputs, and why.
+KNOWN_LAYOUT_DIFFERENCES = {
+    # CPU's pixel_shuffle has a channels-last kernel; the tpu lowering goes through PyTorch's
+    # decomposition (reshape, permute, clone), whose clone is contiguous.
+    ("nn.functional.pixel_shuffle", ""),
+    # Negative replicate padding decomposes into a slice and a contiguous copy.
+    ("nn.functional.pad", "replicate_negative"),
+}
+
+
+def _channels_last(t):
+    """4-d tensors with more than one channel and pixel, converted to channels-last."""
+    if isinstance(t, torch.Tensor) and t.dim() == 4 and t.size(1) > 1 and t.size(2) * t.size(3) > 1:
+        return t.contiguous(memory_format=CL)
+    return t
+
+
+def _to_tpu(t):
+    return t.to("tpu") if isinstance(t, torch.Tensor) else t
+
+
+def _random(op) -> bool:
+    return "dropout" in op.name or "rand" in op.name or op.name.startswith("bernoulli")
+
+
+@functools.cache
+def _channels_last_samples() -> list:
+    """(op, input, args, kwargs, CPU result) for the first float32 OpInfo samples whose first
+    input is a 4-d tensor, turned channels-last (computed once for both modes)."""
+    out = []
+    for op in op_db:
+        if torch.float32 not in op.supported_dtypes("cpu"):
+            continue
+        try:
+            samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:6]
+        except Exception:  # noqa: BLE001 - sample generators that need another device
+            continue
+        for s in samples:
+            inp = _channels_last(s.input)
+            if not isinstance(inp, torch.Tensor) or inp.dim() != 4 or inp.is_contiguous():
+                continue
+            args, kwargs = tree_map(_channels_last, s.args), tree_map(_channels_last, s.kwargs)
+            try:
+                torch.manual_seed(0)
+                want = op(inp, *args, **kwargs)
+            except Exception:  # noqa: BLE001 - a sample CPU rejects is not a layout question
+                continue
+            out.append((op, inp, args, kwargs, want))
+    return out
+
+
+def _layout_differences(mode: str) -> tuple[set, list[str]]:
+    """(ops whose 4-d results differ in strides from CPU's, value mismatches) in `mode`."""
+    differ: set = set()
+    wrong_values: list[str] = []
+    for op, inp, args, kwargs, want in _channels_last_samples():
+        with torch_tpu.mode(mode), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                torch.manual_seed(0)
+                got = tree_flatten(op(_to_tpu(inp), *tree_map(_to_tpu, args), **tree_map(_to_tpu, kwargs)))[0]
+                got_host = [t.cpu() if isinstance(t, torch.Tensor) else t for t in got]
+            except Exception:  # noqa: BLE001 - unsupported here: the OpInfo suite covers it
+                continue
+        for w, dev, host in zip(tree_flatten(want)[0], got, got_host):
+            if not isinstance(w, torch.Tensor) or not isinstance(dev, torch.Tensor):
+                continue
+            if w.dim() == 4 and w.numel() > 1 and w.shape == dev.shape and w.stride() != dev.stride():
+                differ.add((op.name, op.variant_test_name))
+            if w.shape == host.shape and w.dtype.is_floating_point and not _random(op):
+                if not torch.allclose(w, host, rtol=1e-4, atol=1e-4, equal_nan=True):
+                    wrong_values.append(f"{op.name}.{op.variant_test_name} {tuple(w.shape)}")
+    return differ, wrong_values
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_opinfo_results_of_channels_last_inputs_have_cpu_strides(mode: str):
+    differ, wrong_values = _layout_differences(mode)
+    assert not wrong_values, wrong_values
+    assert differ == KNOWN_LAYOUT_DIFFERENCES, (
+        f"new differences: {sorted(differ - KNOWN_LAYOUT_DIFFERENCES)}; "
+        f"fixed (remove from the list): {sorted(KNOWN_LAYOUT_DIFFERENCES - differ)}")
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_convolution_batch_norm_relu_dropout_follow_pytorch_layout_rules(mode: str):
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 6, 5)
+    w = torch.randn(8, 4, 3, 3)
+    cases = {
+        # convolution: channels-last when the input or the weight is
+        "conv, both channels-last": lambda x, w: F.conv2d(x.contiguous(memory_format=CL),
+                                                          w.contiguous(memory_format=CL), padding=1),
+        "conv, weight channels-last": lambda x, w: F.conv2d(x, w.contiguous(memory_format=CL), padding=1),
+        "conv, input channels-last": lambda x, w: F.conv2d(x.contiguous(memory_format=CL), w, padding=1),
+        "conv, contiguous": lambda x, w: F.conv2d(x, w, padding=1),
+        "batch norm": lambda x, w: F.batch_norm(x.contiguous(memory_format=CL), None, None, training=True),
+        "relu": lambda x, w: torch.relu(x.contiguous(memory_format=CL)),
+        "adaptive avg pool": lambda x, w: F.adaptive_avg_pool2d(x.contiguous(memory_format=CL), (3, 2)),
+        # [C, H, W] normalized: PyTorch's layer norm returns contiguous results
+        "layer norm": lambda x, w: F.layer_norm(x.contiguous(memory_format=CL), x.shape[1:]),
+    }
+    with torch_tpu.mode(mode):
+        for name, f in cases.items():
+            want = f(x, w)
+            got = f(x.to("tpu"), w.to("tpu"))
+            assert got.stride() == want.stride(), name
+            torch.testing.assert_close(got.cpu(), want, msg=name)
+        # dropout: random values, CPU's layout
+        got = F.dropout(x.to("tpu").contiguous(memory_format=CL), 0.5)
+        assert got.is_contiguous(memory_format=CL) and not got.is_contiguous()
+        kept = got.cpu() != 0
+        torch.testing.assert_close(got.cpu()[kept], (x * 2)[kept])
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_channels_last_resnet_training_matches_cpu(mode: str):
+    """A channels-last SmallResNet trains as on CPU: the same losses, and the activations and
+    gradients keep CPU's channels-last layout (so no step converts layouts)."""
+    from torch_tpu.models import SmallResNet
+
+    torch.manual_seed(0)
+    cpu_model = SmallResNet(width=8).to(memory_format=CL)
+    tpu_model = copy.deepcopy(cpu_model).to("tpu")
+    x = torch.randn(4, 3, 16, 16).contiguous(memory_format=CL)
+    y = torch.randint(0, 10, (4,))
+    losses = {}
+    for name, model, dev in (("cpu", cpu_model, "cpu"), ("tpu", tpu_model, "tpu")):
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        losses[name] = []
+        with torch_tpu.mode(mode):
+            for _ in range(3):
+                stem = model.stem(x.to(dev))
+                loss = F.cross_entropy(model(x.to(dev)), y.to(dev))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                losses[name].append(loss.item())
+        assert stem.is_contiguous(memory_format=CL), name
+    torch.testing.assert_close(losses["tpu"], losses["cpu"], rtol=1e-4, atol=1e-5)
+    for (n, p), q in zip(tpu_model.named_parameters(), cpu_model.parameters()):
+        assert p.grad.stride() == q.grad.stride(), n
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5, msg=n)
