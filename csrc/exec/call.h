@@ -35,7 +35,8 @@ enum class ArgKind : uint8_t {
 // padding, pixel shuffle) follow their first 4-d or 5-d tensor argument; convolutions (input or
 // weight channels-last) follow any; layer norm's and grid sampling's results are contiguous
 // whatever their input. Ops on volumes (names ending in 3d) take channels-last-3d only: their
-// unbatched 4-d operands are [C, D, H, W], not images.
+// unbatched 4-d operands are [C, D, H, W], not images; of those, adaptive average pooling,
+// max unpooling and transposed convolutions return contiguous volumes on CPU.
 enum class OutputLayout : uint8_t { kFirstInput, kAnyInput, kContiguous };
 
 struct OpInfo {
@@ -48,6 +49,7 @@ struct OpInfo {
   // Memory format of the op's new 4-d and 5-d results (see output_memory_format in dispatch.cpp).
   OutputLayout layout = OutputLayout::kFirstInput;
   int8_t layout_min_rank = 4;  // 5 for ops on volumes
+  int8_t transposed_arg = -1;  // convolutions: the schema index of `bool transposed`
 };
 
 struct CallState {

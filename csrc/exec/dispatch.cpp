@@ -96,6 +96,15 @@ OpInfo& op_info_locked(const c10::OperatorHandle& op) {
     info->layout = OutputLayout::kContiguous;
   }
   if (name.find("3d") != std::string::npos) info->layout_min_rank = 5;
+  if (name.find("adaptive_avg_pool3d") != std::string::npos || name.find("max_unpool3d") != std::string::npos) {
+    info->layout = OutputLayout::kContiguous;
+  }
+  const auto& arguments = op.schema().arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (info->layout == OutputLayout::kAnyInput && arguments[i].name() == "transposed") {
+      info->transposed_arg = static_cast<int8_t>(i);
+    }
+  }
   g_infos.emplace(key, info);
   return *info;
 }
@@ -346,12 +355,15 @@ void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& n
 // The memory format of an op's new results (OutputLayout): the suggested format of its first
 // (or, for convolutions, any channels-last) 4-d or 5-d tensor argument. Programs do not depend
 // on it (bindings carry strides), so it is decided per call, not keyed.
-at::MemoryFormat output_memory_format(const OpInfo& info, const CallState& st) {
+at::MemoryFormat output_memory_format(const OpInfo& info, const CallState& st, c10::ArrayRef<c10::IValue> args) {
   if (info.layout == OutputLayout::kContiguous) return at::MemoryFormat::Contiguous;
   for (const at::Tensor& t : st.tensors) {
     if (!t.defined() || t.dim() < info.layout_min_rank || t.dim() > 5) continue;
     const at::MemoryFormat f = t.suggest_memory_format();
-    if (info.layout == OutputLayout::kFirstInput || f != at::MemoryFormat::Contiguous) return f;
+    if (info.layout == OutputLayout::kFirstInput || f != at::MemoryFormat::Contiguous) {
+      const bool transposed = info.transposed_arg >= 0 && args[static_cast<size_t>(info.transposed_arg)].toBool();
+      return f == at::MemoryFormat::ChannelsLast3d && transposed ? at::MemoryFormat::Contiguous : f;
+    }
   }
   return at::MemoryFormat::Contiguous;
 }
@@ -364,7 +376,7 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
   at::MemoryFormat format = at::MemoryFormat::Contiguous;
   for (const auto& spec : prog->new_tensors) {
     if (spec.shape.size() == 4 || spec.shape.size() == 5) {
-      format = output_memory_format(info, st);
+      format = output_memory_format(info, st, torch::jit::last(*stack, nargs));
       break;
     }
   }

@@ -24,7 +24,7 @@ import torch_tpu
 
 CL = torch.channels_last
 
-# Ops whose tpu results still differ in layout from CPU's for channels-last inputs, and why.
+# Ops whose tpu results still differ in layout from CPU's for channels-last (4-d) inputs, and why.
 KNOWN_LAYOUT_DIFFERENCES = {
     # CPU's pixel_shuffle has a channels-last kernel; the tpu lowering goes through PyTorch's
     # decomposition (reshape, permute, clone), whose clone is contiguous.
@@ -34,10 +34,14 @@ KNOWN_LAYOUT_DIFFERENCES = {
 }
 
 
-def _channels_last(t):
-    """4-d tensors with more than one channel and pixel, converted to channels-last."""
-    if isinstance(t, torch.Tensor) and t.dim() == 4 and t.size(1) > 1 and t.size(2) * t.size(3) > 1:
-        return t.contiguous(memory_format=CL)
+FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def _channels_last(t, rank: int):
+    """Tensors of `rank` (4: images, 5: volumes) with more than one channel and pixel, converted
+    to channels-last (-3d)."""
+    if isinstance(t, torch.Tensor) and t.dim() == rank and t.size(1) > 1 and t.shape[2:].numel() > 1:
+        return t.contiguous(memory_format=FORMATS[rank])
     return t
 
 
@@ -50,10 +54,11 @@ def _random(op) -> bool:
 
 
 @functools.cache
-def _channels_last_samples() -> list:
-    """(op, input, args, kwargs, CPU result) for the first float32 OpInfo samples whose first
-    input is a 4-d tensor, turned channels-last (computed once for both modes)."""
-    out = []
+def _channels_last_samples() -> dict[int, list]:
+    """Per rank (4, 5): (op, input, args, kwargs, CPU result) for the first float32 OpInfo
+    samples whose first input is a tensor of that rank, turned channels-last (-3d); computed
+    once for every test here."""
+    out: dict[int, list] = {4: [], 5: []}
     for op in op_db:
         if torch.float32 not in op.supported_dtypes("cpu"):
             continue
@@ -62,24 +67,28 @@ def _channels_last_samples() -> list:
         except Exception:  # noqa: BLE001 - sample generators that need another device
             continue
         for s in samples:
-            inp = _channels_last(s.input)
-            if not isinstance(inp, torch.Tensor) or inp.dim() != 4 or inp.is_contiguous():
+            rank = s.input.dim() if isinstance(s.input, torch.Tensor) else 0
+            if rank not in out:
                 continue
-            args, kwargs = tree_map(_channels_last, s.args), tree_map(_channels_last, s.kwargs)
+            inp = _channels_last(s.input, rank)
+            if inp.is_contiguous():
+                continue
+            convert = functools.partial(_channels_last, rank=rank)
+            args, kwargs = tree_map(convert, s.args), tree_map(convert, s.kwargs)
             try:
                 torch.manual_seed(0)
                 want = op(inp, *args, **kwargs)
             except Exception:  # noqa: BLE001 - a sample CPU rejects is not a layout question
                 continue
-            out.append((op, inp, args, kwargs, want))
+            out[rank].append((op, inp, args, kwargs, want))
     return out
 
 
-def _layout_differences(mode: str) -> tuple[set, list[str]]:
-    """(ops whose 4-d results differ in strides from CPU's, value mismatches) in `mode`."""
+def _layout_differences(mode: str, rank: int) -> tuple[set, list[str]]:
+    """(ops whose results of `rank` differ in strides from CPU's, value mismatches) in `mode`."""
     differ: set = set()
     wrong_values: list[str] = []
-    for op, inp, args, kwargs, want in _channels_last_samples():
+    for op, inp, args, kwargs, want in _channels_last_samples()[rank]:
         with torch_tpu.mode(mode), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -91,7 +100,7 @@ def _layout_differences(mode: str) -> tuple[set, list[str]]:
         for w, dev, host in zip(tree_flatten(want)[0], got, got_host):
             if not isinstance(w, torch.Tensor) or not isinstance(dev, torch.Tensor):
                 continue
-            if w.dim() == 4 and w.numel() > 1 and w.shape == dev.shape and w.stride() != dev.stride():
+            if w.dim() == rank and w.numel() > 1 and w.shape == dev.shape and w.stride() != dev.stride():
                 differ.add((op.name, op.variant_test_name))
             if w.shape == host.shape and w.dtype.is_floating_point and not _random(op):
                 if not torch.allclose(w, host, rtol=1e-4, atol=1e-4, equal_nan=True):
@@ -99,13 +108,14 @@ def _layout_differences(mode: str) -> tuple[set, list[str]]:
     return differ, wrong_values
 
 
+@pytest.mark.parametrize("rank", [4, 5])
 @pytest.mark.parametrize("mode", ["strict", "fused"])
-def test_opinfo_results_of_channels_last_inputs_have_cpu_strides(mode: str):
-    differ, wrong_values = _layout_differences(mode)
+def test_opinfo_results_of_channels_last_inputs_have_cpu_strides(mode: str, rank: int):
+    differ, wrong_values = _layout_differences(mode, rank)
+    known = KNOWN_LAYOUT_DIFFERENCES if rank == 4 else set()
     assert not wrong_values, wrong_values
-    assert differ == KNOWN_LAYOUT_DIFFERENCES, (
-        f"new differences: {sorted(differ - KNOWN_LAYOUT_DIFFERENCES)}; "
-        f"fixed (remove from the list): {sorted(KNOWN_LAYOUT_DIFFERENCES - differ)}")
+    assert differ == known, (f"new differences: {sorted(differ - known)}; "
+                             f"fixed (remove from the list): {sorted(known - differ)}")
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])
