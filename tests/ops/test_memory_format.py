@@ -26,10 +26,9 @@ CL = torch.channels_last
 
 # Ops whose tpu results still differ in layout from CPU's for channels-last (4-d) inputs, and why.
 KNOWN_LAYOUT_DIFFERENCES = {
-    # CPU's pixel_shuffle has a channels-last kernel; the tpu lowering goes through PyTorch's
-    # decomposition (reshape, permute, clone), whose clone is contiguous.
-    ("nn.functional.pixel_shuffle", ""),
-    # Negative replicate padding decomposes into a slice and a contiguous copy.
+    # replication_pad2d is structured: PyTorch's meta function allocates the `.out` result
+    # contiguous, and CPU's kernel restrides it itself (negative padding is the OpInfo sample
+    # that reaches it with a channels-last input).
     ("nn.functional.pad", "replicate_negative"),
 }
 
