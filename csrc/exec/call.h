@@ -36,8 +36,9 @@ enum class ArgKind : uint8_t {
 // weight channels-last) follow any; layer norm's and grid sampling's results are contiguous
 // whatever their input. Ops on volumes (names ending in 3d) take channels-last-3d only: their
 // unbatched 4-d operands are [C, D, H, W], not images; of those, adaptive average pooling,
-// max unpooling and transposed convolutions return contiguous volumes on CPU.
-enum class OutputLayout : uint8_t { kFirstInput, kAnyInput, kContiguous };
+// max unpooling and transposed convolutions return contiguous volumes on CPU. `_foreach_` ops:
+// the k-th result follows the k-th tensor of the first list, as each of CPU's per-tensor ops.
+enum class OutputLayout : uint8_t { kFirstInput, kAnyInput, kContiguous, kPerListElement };
 
 struct OpInfo {
   std::string qualname;  // "aten::add"

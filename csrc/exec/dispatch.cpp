@@ -95,6 +95,7 @@ OpInfo& op_info_locked(const c10::OperatorHandle& op) {
   if (name.find("layer_norm") != std::string::npos || name.find("grid_sampler") != std::string::npos) {
     info->layout = OutputLayout::kContiguous;
   }
+  if (name.rfind("aten::_foreach_", 0) == 0) info->layout = OutputLayout::kPerListElement;
   if (name.find("3d") != std::string::npos) info->layout_min_rank = 5;
   if (name.find("adaptive_avg_pool3d") != std::string::npos || name.find("max_unpool3d") != std::string::npos) {
     info->layout = OutputLayout::kContiguous;
@@ -356,7 +357,9 @@ void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& n
 // (or, for convolutions, any channels-last) 4-d or 5-d tensor argument. Programs do not depend
 // on it (bindings carry strides), so it is decided per call, not keyed.
 at::MemoryFormat output_memory_format(const OpInfo& info, const CallState& st, c10::ArrayRef<c10::IValue> args) {
-  if (info.layout == OutputLayout::kContiguous) return at::MemoryFormat::Contiguous;
+  if (info.layout == OutputLayout::kContiguous || info.layout == OutputLayout::kPerListElement) {
+    return at::MemoryFormat::Contiguous;
+  }
   for (const at::Tensor& t : st.tensors) {
     if (!t.defined() || t.dim() < info.layout_min_rank || t.dim() > 5) continue;
     const at::MemoryFormat f = t.suggest_memory_format();
@@ -380,7 +383,15 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
       break;
     }
   }
-  for (const auto& spec : prog->new_tensors) news.push_back(new_device_tensor(spec, st.device.index(), format));
+  for (size_t k = 0; k < prog->new_tensors.size(); ++k) {
+    const auto& spec = prog->new_tensors[k];
+    at::MemoryFormat f = format;
+    if (info.layout == OutputLayout::kPerListElement && k < st.tensors.size() && st.tensors[k].defined() &&
+        st.tensors[k].dim() >= 4 && st.tensors[k].sizes().equals(spec.shape)) {
+      f = st.tensors[k].suggest_memory_format();  // the k-th tensor of the first list
+    }
+    news.push_back(new_device_tensor(spec, st.device.index(), f));
+  }
   if (mode() == Mode::Fused) {
     for (const auto& o : prog->outputs) {
       if (o.target < 0) continue;

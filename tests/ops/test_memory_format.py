@@ -176,3 +176,18 @@ def test_channels_last_resnet_training_matches_cpu(mode: str):
     for (n, p), q in zip(tpu_model.named_parameters(), cpu_model.parameters()):
         assert p.grad.stride() == q.grad.stride(), n
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5, msg=n)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_foreach_results_follow_each_input(mode: str):
+    """A `_foreach_` op's k-th result takes the layout of the k-th tensor of its first list, as
+    each of CPU's per-tensor ops does (a list may mix channels-last and contiguous weights)."""
+    torch.manual_seed(0)
+    cl, plain, flat = torch.randn(2, 4, 3, 3).contiguous(memory_format=CL), torch.randn(2, 4, 3, 3), torch.randn(5)
+    for tensors in ([plain, cl, flat], [cl, plain, flat]):
+        want = torch._foreach_mul(tensors, 2.0)
+        with torch_tpu.mode(mode):
+            got = torch._foreach_mul([t.to("tpu") for t in tensors], 2.0)
+        assert [g.stride() for g in got] == [w.stride() for w in want]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.cpu(), w)
