@@ -45,11 +45,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                            "native_group_norm_backward"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&exec::lowered_op_kernel>());
   }
-  // Pixel shuffles: the composite kernels other backends get reshape, permute and copy into a
-  // contiguous result; the lowering writes the result in the input's memory format, as CPU does.
-  for (const char* name : {"pixel_shuffle", "pixel_unshuffle"}) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&exec::lowered_op_kernel>());
-  }
   // attention backend choice
   m.impl("_fused_sdp_choice", torch::CppFunction::makeFromBoxedFunction<&fused_sdp_choice>());
 }

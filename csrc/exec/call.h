@@ -30,14 +30,15 @@ enum class ArgKind : uint8_t {
   Baked,              // anything else: part of the key, passed to the lowering as a value
 };
 
-// How an op's new results take their memory format, as PyTorch's CPU kernels choose it: ops
-// that allocate `empty_like(input, input.suggest_memory_format())` (batch norm, dropout, pooling,
-// padding, pixel shuffle) follow their first 4-d or 5-d tensor argument; convolutions (input or
-// weight channels-last) follow any; layer norm's and grid sampling's results are contiguous
-// whatever their input. Ops on volumes (names ending in 3d) take channels-last-3d only: their
-// unbatched 4-d operands are [C, D, H, W], not images; of those, adaptive average pooling,
-// max unpooling and transposed convolutions return contiguous volumes on CPU. `_foreach_` ops:
-// the k-th result follows the k-th tensor of the first list, as each of CPU's per-tensor ops.
+// How an op's new results take their memory format, as PyTorch lays them out (its fake tensors
+// for the device; docs/architecture.md, "The per-op path"): ops that allocate
+// `empty_like(input, input.suggest_memory_format())` (batch norm, dropout, pooling, relu)
+// follow their first 4-d or 5-d tensor argument; convolutions (input or weight channels-last)
+// follow any, as on CPU and CUDA; layer norm, grid sampling, max unpooling and channel shuffle
+// give contiguous results. Ops on volumes (names ending in 3d) take channels-last-3d only:
+// their unbatched 4-d operands are [C, D, H, W], not images; of those, adaptive average
+// pooling and transposed convolutions return contiguous volumes. `_foreach_` ops: the k-th
+// result follows the k-th tensor of the first list, as each per-tensor op does.
 enum class OutputLayout : uint8_t { kFirstInput, kAnyInput, kContiguous, kPerListElement };
 
 struct OpInfo {

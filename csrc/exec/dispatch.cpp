@@ -92,14 +92,12 @@ OpInfo& op_info_locked(const c10::OperatorHandle& op) {
   }
   const std::string& name = info->qualname;
   if (name.find("convolution") != std::string::npos) info->layout = OutputLayout::kAnyInput;
-  if (name.find("layer_norm") != std::string::npos || name.find("grid_sampler") != std::string::npos) {
-    info->layout = OutputLayout::kContiguous;
+  for (const char* contiguous : {"layer_norm", "grid_sampler", "max_unpool", "channel_shuffle"}) {
+    if (name.find(contiguous) != std::string::npos) info->layout = OutputLayout::kContiguous;
   }
   if (name.rfind("aten::_foreach_", 0) == 0) info->layout = OutputLayout::kPerListElement;
   if (name.find("3d") != std::string::npos) info->layout_min_rank = 5;
-  if (name.find("adaptive_avg_pool3d") != std::string::npos || name.find("max_unpool3d") != std::string::npos) {
-    info->layout = OutputLayout::kContiguous;
-  }
+  if (name.find("adaptive_avg_pool3d") != std::string::npos) info->layout = OutputLayout::kContiguous;
   const auto& arguments = op.schema().arguments();
   for (size_t i = 0; i < arguments.size(); ++i) {
     if (info->layout == OutputLayout::kAnyInput && arguments[i].name() == "transposed") {

@@ -1,10 +1,14 @@
-"""Memory format of results: channels-last inputs give the strides PyTorch's CPU kernels give.
+"""Memory format of results: channels-last inputs give the strides PyTorch gives.
 
 Structured ops (add, sigmoid, max_pool2d, ...) reach the device as `.out` calls whose outputs
 PyTorch's meta functions already laid out; the ops lowered as functional calls (convolutions,
-batch norm, relu, dropout, adaptive pooling, ...) allocate their results in the dispatcher,
-which follows the rule of PyTorch's CPU kernels (exec/call.h, OutputLayout). Besides the
-strides users may check, this keeps a channels-last model channels-last from op to op, where
+batch norm, relu, dropout, adaptive pooling, ...) allocate their results in the dispatcher
+(exec/call.h, OutputLayout). Two references: the strides of PyTorch's fake tensors for the
+device (what torch.compile traces, and what PyTorch's device-generic kernels give), and CPU's.
+They agree except where CPU alone keeps channels-last (max unpooling, pixel and channel
+shuffles: contiguous on other devices, and here) and for convolutions, whose fake tensors on a
+backend-defined device are contiguous while CPU and CUDA return channels-last results: here
+they are channels-last, so that a channels-last model stays channels-last from op to op and
 the host runtime's convolutions need no layout conversion.
 """
 
@@ -17,6 +21,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -24,13 +29,25 @@ import torch_tpu
 
 CL = torch.channels_last
 
-# Ops whose tpu results still differ in layout from CPU's for channels-last (4-d) inputs, and why.
-KNOWN_LAYOUT_DIFFERENCES = {
-    # replication_pad2d is structured: PyTorch's meta function allocates the `.out` result
-    # contiguous, and CPU's kernel restrides it itself (negative padding is the OpInfo sample
-    # that reaches it with a channels-last input).
-    ("nn.functional.pad", "replicate_negative"),
+# Where PyTorch on another device (CUDA's kernels, the fake tensors of the tpu device) returns
+# contiguous results for channels-last inputs and only CPU's kernels keep channels-last.
+CPU_ONLY_CHANNELS_LAST = {
+    ("nn.functional.max_unpool2d", ""),
+    ("nn.functional.max_unpool2d", "grad"),
+    ("nn.functional.pixel_shuffle", ""),
+    ("nn.functional.channel_shuffle", ""),
 }
+# Results whose layout differs from PyTorch's fake tensors for the device, and why.
+FAKE_LAYOUT_DIFFERENCES = {
+    # Fake tensors of a backend-defined ("overrideable") convolution are contiguous; CPU and
+    # CUDA return channels-last results, and so does the tpu backend.
+    ("nn.functional.conv2d", ""),
+    ("nn.functional.conv_transpose2d", ""),
+}
+# replication_pad2d is structured: PyTorch's meta function for this device lays out the `.out`
+# result channels-last, but the functional wrapper that reaches the device allocates it
+# contiguous (negative padding is the OpInfo sample that reaches it with a channels-last input).
+PAD = ("nn.functional.pad", "replicate_negative")
 
 
 FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
@@ -83,38 +100,59 @@ def _channels_last_samples() -> dict[int, list]:
     return out
 
 
-def _layout_differences(mode: str, rank: int) -> tuple[set, list[str]]:
-    """(ops whose results of `rank` differ in strides from CPU's, value mismatches) in `mode`."""
-    differ: set = set()
+def _fake(args: tuple, kwargs: dict) -> tuple[tuple, dict, FakeTensorMode]:
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake = functools.partial(tree_map, lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t)
+    return fake(args), fake(kwargs), mode
+
+
+def _layout_differences(mode: str, rank: int) -> tuple[set, set, list[str]]:
+    """(ops whose results of `rank` differ in strides from CPU's, from the fake tensors',
+    value mismatches) in `mode`."""
+    from_cpu: set = set()
+    from_fake: set = set()
     wrong_values: list[str] = []
     for op, inp, args, kwargs, want in _channels_last_samples()[rank]:
+        dev_args, dev_kwargs = (_to_tpu(inp), *tree_map(_to_tpu, args)), tree_map(_to_tpu, kwargs)
         with torch_tpu.mode(mode), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 torch.manual_seed(0)
-                got = tree_flatten(op(_to_tpu(inp), *tree_map(_to_tpu, args), **tree_map(_to_tpu, kwargs)))[0]
+                got = tree_flatten(op(*dev_args, **dev_kwargs))[0]
                 got_host = [t.cpu() if isinstance(t, torch.Tensor) else t for t in got]
             except Exception:  # noqa: BLE001 - unsupported here: the OpInfo suite covers it
                 continue
-        for w, dev, host in zip(tree_flatten(want)[0], got, got_host):
+        try:
+            fake_args, fake_kwargs, fake_mode = _fake(dev_args, dev_kwargs)
+            with fake_mode:
+                fake = tree_flatten(op(*fake_args, **fake_kwargs))[0]
+        except Exception:  # noqa: BLE001 - ops without a fake implementation
+            fake = [None] * len(got)
+        for w, dev, host, f in zip(tree_flatten(want)[0], got, got_host, fake):
             if not isinstance(w, torch.Tensor) or not isinstance(dev, torch.Tensor):
                 continue
-            if w.dim() == rank and w.numel() > 1 and w.shape == dev.shape and w.stride() != dev.stride():
-                differ.add((op.name, op.variant_test_name))
+            if w.dim() == rank and w.numel() > 1 and w.shape == dev.shape:
+                if w.stride() != dev.stride():
+                    from_cpu.add((op.name, op.variant_test_name))
+                if isinstance(f, torch.Tensor) and f.shape == dev.shape and f.stride() != dev.stride():
+                    from_fake.add((op.name, op.variant_test_name))
             if w.shape == host.shape and w.dtype.is_floating_point and not _random(op):
                 if not torch.allclose(w, host, rtol=1e-4, atol=1e-4, equal_nan=True):
                     wrong_values.append(f"{op.name}.{op.variant_test_name} {tuple(w.shape)}")
-    return differ, wrong_values
+    return from_cpu, from_fake, wrong_values
 
 
 @pytest.mark.parametrize("rank", [4, 5])
 @pytest.mark.parametrize("mode", ["strict", "fused"])
-def test_opinfo_results_of_channels_last_inputs_have_cpu_strides(mode: str, rank: int):
-    differ, wrong_values = _layout_differences(mode, rank)
-    known = KNOWN_LAYOUT_DIFFERENCES if rank == 4 else set()
+def test_opinfo_results_of_channels_last_inputs_have_pytorch_strides(mode: str, rank: int):
+    from_cpu, from_fake, wrong_values = _layout_differences(mode, rank)
     assert not wrong_values, wrong_values
-    assert differ == known, (f"new differences: {sorted(differ - known)}; "
-                             f"fixed (remove from the list): {sorted(known - differ)}")
+    want_cpu = CPU_ONLY_CHANNELS_LAST | {PAD} if rank == 4 else set()
+    want_fake = FAKE_LAYOUT_DIFFERENCES | {PAD} if rank == 4 else set()
+    assert from_cpu == want_cpu, (f"new differences from CPU: {sorted(from_cpu - want_cpu)}; "
+                                  f"no longer differing: {sorted(want_cpu - from_cpu)}")
+    assert from_fake == want_fake, (f"new differences from fake tensors: {sorted(from_fake - want_fake)}; "
+                                    f"no longer differing: {sorted(want_fake - from_fake)}")
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])
