@@ -160,13 +160,18 @@ void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor&
 
 // A result of `shape` whose rows (dim 0) are independent, computed by rows(lo, hi) (rows [lo,
 // hi) of it). With enough multiply-adds (kMultiplyAddsPerElement), the rows are split across
-// the kernel threads, each block computed by its own call and copied into place.
+// the kernel threads, each block computed by its own call and copied into place: into the
+// step's destination `out` when it has the result's dtype and layout (the executor then
+// copies nothing), else into a new tensor.
 at::Tensor split_rows(const std::vector<int64_t>& shape, const at::TensorOptions& options, int64_t multiply_adds,
-                      const std::function<at::Tensor(int64_t, int64_t)>& rows) {
+                      const std::function<at::Tensor(int64_t, int64_t)>& rows, const at::Tensor* out = nullptr) {
   const int64_t n = shape[0];
   const int parts = split_parts(multiply_adds / kMultiplyAddsPerElement, n);
   if (parts <= 1) return rows(0, n);
-  at::Tensor y = at::empty(shape, options);
+  const at::MemoryFormat format = options.memory_format_opt().value_or(at::MemoryFormat::Contiguous);
+  const bool into_out = out != nullptr && out->sizes().equals(shape) && out->scalar_type() == options.dtype() &&
+                        out->is_contiguous(format);
+  at::Tensor y = into_out ? *out : at::empty(shape, options);
   run_split_rows(parts, n, [&](int64_t lo, int64_t hi) { y.narrow(0, lo, hi - lo).copy_(rows(lo, hi)); });
   return y;
 }
@@ -426,10 +431,11 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
     }
     if (explicit_pad) t = at::constant_pad_nd(t, pads, 0);
     const auto format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-    return result(split_rows(result_shape, t.options().memory_format(format), macs, [&](int64_t lo, int64_t hi) {
+    auto images = [&](int64_t lo, int64_t hi) {
       return at::convolution(t.narrow(0, lo, hi - lo), w, std::nullopt, strides, conv_pad, rdil,  // images lo..hi
                              /*transposed=*/false, out_pad, groups);
-    }));
+    };
+    return result(split_rows(result_shape, t.options().memory_format(format), macs, images, upcast ? nullptr : out));
   };
 }
 
