@@ -335,14 +335,17 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
       grouped.push_back(kernel[d]);
       swapped.push_back(kernel[d]);
     }
-    return [=](const Values& v, at::Tensor*) {
+    return [=](const Values& v, at::Tensor* out) {
       auto [t, w] = operands(v);
       at::Tensor wt = at::flip(w, flip_dims).reshape(grouped).transpose(1, 2).reshape(swapped);
-      // Images of the batch are independent: split by batch.
-      return result(split_rows(result_shape, t.options(), macs, [&](int64_t lo, int64_t hi) {
+      // Images of the batch are independent: split by batch, blocks gathered in the layout
+      // oneDNN returns them in (its input's).
+      auto images = [&](int64_t lo, int64_t hi) {
         return at::convolution(t.narrow(0, lo, hi - lo), wt, std::nullopt, f->stride, f->padding, rdil,
                                /*transposed=*/true, f->output_padding, groups);
-      }));
+      };
+      const auto format = channels_last_format(t).value_or(at::MemoryFormat::Contiguous);
+      return result(split_rows(result_shape, t.options().memory_format(format), macs, images, upcast ? nullptr : out));
     };
   }
   if (auto f = weight_grad_form(sp, kernel, out, strides, lo, ldil, rdil)) {
