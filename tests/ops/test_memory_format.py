@@ -229,3 +229,22 @@ def test_foreach_results_follow_each_input(mode: str):
         assert [g.stride() for g in got] == [w.stride() for w in want]
         for g, w in zip(got, want):
             torch.testing.assert_close(g.cpu(), w)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_results_with_size_one_dims_written_through_a_view_of_a_channels_last_destination(mode: str):
+    """max_pool2d of a channels-last [1, 2, 3, 6] image with ceil_mode gives [1, 2, 1, 3]: the
+    host runtime computes it into a view of the destination whose size-1 height has another
+    stride than the destination's. Those are the same elements; the copy between them used
+    to fail as a partial overlap (the OpInfo sample that passed in NCHW only)."""
+    x = torch.randn(1, 2, 3, 6).contiguous(memory_format=CL).requires_grad_()
+    want, want_idx = F.max_pool2d(x, 3, 2, ceil_mode=True, return_indices=True)
+    want.sum().backward()
+    xt = x.detach().to("tpu").requires_grad_()
+    with torch_tpu.mode(mode):
+        got, got_idx = F.max_pool2d(xt, 3, 2, ceil_mode=True, return_indices=True)
+        got.sum().backward()
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got.cpu(), want)
+        assert torch.equal(got_idx.cpu(), want_idx)
+        torch.testing.assert_close(xt.grad.cpu(), x.grad)

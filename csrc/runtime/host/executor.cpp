@@ -533,10 +533,19 @@ at::Tensor HostExecutable::ViewRoute::source_view(const at::Tensor& dest) const 
 namespace {
 
 // Whether a and b are the same elements of the same memory (copying one into the other is a
-// no-op): a view of a destination lent to the step that computed it (ViewRoute).
+// no-op): a view of a destination lent to the step that computed it (ViewRoute). A size-1
+// dim's stride addresses nothing, so views that differ only there (a channels-last
+// destination with a size-1 height seen through a reshape) are the same elements.
 bool same_memory(const at::Tensor& a, const at::Tensor& b) {
-  return a.is_same(b) || (a.defined() && a.data_ptr() == b.data_ptr() && a.sizes().equals(b.sizes()) &&
-                          a.strides().equals(b.strides()) && a.scalar_type() == b.scalar_type());
+  if (a.is_same(b)) return true;
+  if (!a.defined() || a.data_ptr() != b.data_ptr() || !a.sizes().equals(b.sizes()) ||
+      a.scalar_type() != b.scalar_type()) {
+    return false;
+  }
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  }
+  return true;
 }
 
 }  // namespace
