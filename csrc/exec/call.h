@@ -48,7 +48,7 @@ struct OpInfo {
   bool bake_scalars = false;  // set when a lowering needed concrete scalar values
   bool is_view = false;       // returns an alias: must be registered as a metadata kernel
   bool has_device_arg = false;
-  // Memory format of the op's new 4-d and 5-d results (see output_memory_format in dispatch.cpp).
+  // Memory format of the op's new 4-d and 5-d results (see result_format in dispatch.cpp).
   OutputLayout layout = OutputLayout::kFirstInput;
   int8_t layout_min_rank = 4;  // 5 for ops on volumes
   int8_t transposed_arg = -1;  // convolutions: the schema index of `bool transposed`

@@ -351,12 +351,18 @@ void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& n
   }
 }
 
-// The memory format of an op's new results (OutputLayout): the suggested format of its first
-// (or, for convolutions, any channels-last) 4-d or 5-d tensor argument. Programs do not depend
-// on it (bindings carry strides), so it is decided per call, not keyed.
-at::MemoryFormat output_memory_format(const OpInfo& info, const CallState& st, c10::ArrayRef<c10::IValue> args) {
-  if (info.layout == OutputLayout::kContiguous || info.layout == OutputLayout::kPerListElement) {
+// The memory format of an op's k-th new result (OutputLayout): for a 4-d or 5-d result, the
+// suggested format of the op's first (convolutions: any channels-last) 4-d or 5-d tensor
+// argument, or of the k-th tensor of a `_foreach_` op's first list. Programs do not depend on
+// it (bindings carry strides), so it is decided per call, not keyed.
+at::MemoryFormat result_format(const OpInfo& info, const CallState& st, c10::ArrayRef<c10::IValue> args, size_t k,
+                               c10::IntArrayRef shape) {
+  if ((shape.size() != 4 && shape.size() != 5) || info.layout == OutputLayout::kContiguous) {
     return at::MemoryFormat::Contiguous;
+  }
+  if (info.layout == OutputLayout::kPerListElement) {
+    const bool matched = k < st.tensors.size() && st.tensors[k].defined() && st.tensors[k].sizes().equals(shape);
+    return matched ? st.tensors[k].suggest_memory_format() : at::MemoryFormat::Contiguous;
   }
   for (const at::Tensor& t : st.tensors) {
     if (!t.defined() || t.dim() < info.layout_min_rank || t.dim() > 5) continue;
@@ -374,21 +380,10 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
   runtime::RngState rng = reserve_rng(*prog, st.generator, st.device.index());
   std::vector<at::Tensor> news;
   news.reserve(prog->new_tensors.size());
-  at::MemoryFormat format = at::MemoryFormat::Contiguous;
-  for (const auto& spec : prog->new_tensors) {
-    if (spec.shape.size() == 4 || spec.shape.size() == 5) {
-      format = output_memory_format(info, st, torch::jit::last(*stack, nargs));
-      break;
-    }
-  }
+  const auto args = torch::jit::last(*stack, nargs);
   for (size_t k = 0; k < prog->new_tensors.size(); ++k) {
     const auto& spec = prog->new_tensors[k];
-    at::MemoryFormat f = format;
-    if (info.layout == OutputLayout::kPerListElement && k < st.tensors.size() && st.tensors[k].defined() &&
-        st.tensors[k].dim() >= 4 && st.tensors[k].sizes().equals(spec.shape)) {
-      f = st.tensors[k].suggest_memory_format();  // the k-th tensor of the first list
-    }
-    news.push_back(new_device_tensor(spec, st.device.index(), f));
+    news.push_back(new_device_tensor(spec, st.device.index(), result_format(info, st, args, k, spec.shape)));
   }
   if (mode() == Mode::Fused) {
     for (const auto& o : prog->outputs) {
