@@ -22,10 +22,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map
 
 import torch_tpu
+
+import opinfo_util as U
 
 CL = torch.channels_last
 
@@ -61,42 +62,35 @@ def _channels_last(t, rank: int):
     return t
 
 
-def _to_tpu(t):
-    return t.to("tpu") if isinstance(t, torch.Tensor) else t
-
-
-def _random(op) -> bool:
-    return "dropout" in op.name or "rand" in op.name or op.name.startswith("bernoulli")
+SAMPLES_PER_ENTRY = 6
 
 
 @functools.cache
 def _channels_last_samples() -> dict[int, list]:
-    """Per rank (4, 5): (op, input, args, kwargs, CPU result) for the first float32 OpInfo
-    samples whose first input is a tensor of that rank, turned channels-last (-3d); computed
-    once for every test here."""
+    """Per rank (4, 5): (op, sample, CPU result) for the first float32 OpInfo samples whose
+    first input is a tensor of that rank, turned channels-last (-3d); computed once for every
+    test here."""
     out: dict[int, list] = {4: [], 5: []}
-    for op in op_db:
-        if torch.float32 not in op.supported_dtypes("cpu"):
+    for op in U.ENTRIES:
+        if torch.float32 not in U.cpu_dtypes(op):
             continue
         try:
-            samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:6]
+            samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:SAMPLES_PER_ENTRY]
         except Exception:  # noqa: BLE001 - sample generators that need another device
             continue
         for s in samples:
             rank = s.input.dim() if isinstance(s.input, torch.Tensor) else 0
             if rank not in out:
                 continue
-            inp = _channels_last(s.input, rank)
-            if inp.is_contiguous():
+            sample = s.transform(functools.partial(_channels_last, rank=rank))
+            if sample.input.is_contiguous():
                 continue
-            convert = functools.partial(_channels_last, rank=rank)
-            args, kwargs = tree_map(convert, s.args), tree_map(convert, s.kwargs)
             try:
                 torch.manual_seed(0)
-                want = op(inp, *args, **kwargs)
+                want = op(sample.input, *sample.args, **sample.kwargs)
             except Exception:  # noqa: BLE001 - a sample CPU rejects is not a layout question
                 continue
-            out[rank].append((op, inp, args, kwargs, want))
+            out[rank].append((op, sample, want))
     return out
 
 
@@ -108,28 +102,31 @@ def _fake(args: tuple, kwargs: dict) -> tuple[tuple, dict, FakeTensorMode]:
 
 def _layout_differences(mode: str, rank: int) -> tuple[set, set, list[str], int]:
     """(ops whose results of `rank` differ in strides from CPU's, from the fake tensors',
-    value mismatches, results whose strides were compared) in `mode`."""
+    value mismatches at the OpInfo suite's tolerances, results whose strides were compared)
+    in `mode`."""
     compared = 0
     from_cpu: set = set()
     from_fake: set = set()
     wrong_values: list[str] = []
-    for op, inp, args, kwargs, want in _channels_last_samples()[rank]:
-        dev_args, dev_kwargs = (_to_tpu(inp), *tree_map(_to_tpu, args)), tree_map(_to_tpu, kwargs)
+    for op, sample, want in _channels_last_samples()[rank]:
+        tsample = U.prepare(op, sample)  # the tpu copy, strides kept
+        dev_args = (tsample.input, *tsample.args)
         with torch_tpu.mode(mode), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 torch.manual_seed(0)
-                got = tree_flatten(op(*dev_args, **dev_kwargs))[0]
-                got_host = [t.cpu() if isinstance(t, torch.Tensor) else t for t in got]
+                result = op(*dev_args, **tsample.kwargs)
+                got = tree_flatten(result)[0]
+                torch_tpu.sync()  # errors of the call surface here, not in the comparisons
             except Exception:  # noqa: BLE001 - unsupported here: the OpInfo suite covers it
                 continue
         try:
-            fake_args, fake_kwargs, fake_mode = _fake(dev_args, dev_kwargs)
+            fake_args, fake_kwargs, fake_mode = _fake(dev_args, tsample.kwargs)
             with fake_mode:
                 fake = tree_flatten(op(*fake_args, **fake_kwargs))[0]
         except Exception:  # noqa: BLE001 - ops without a fake implementation
             fake = [None] * len(got)
-        for w, dev, host, f in zip(tree_flatten(want)[0], got, got_host, fake):
+        for w, dev, f in zip(tree_flatten(want)[0], got, fake):
             if not isinstance(w, torch.Tensor) or not isinstance(dev, torch.Tensor):
                 continue
             if w.dim() == rank and w.numel() > 1 and w.shape == dev.shape:
@@ -138,11 +135,12 @@ def _layout_differences(mode: str, rank: int) -> tuple[set, set, list[str], int]
                     from_cpu.add((op.name, op.variant_test_name))
                 if isinstance(f, torch.Tensor) and f.shape == dev.shape and f.stride() != dev.stride():
                     from_fake.add((op.name, op.variant_test_name))
-            if w.shape == host.shape and w.dtype.is_floating_point and not _random(op):
-                try:  # torch.testing's float32 tolerances
-                    torch.testing.assert_close(host, w, equal_nan=True)
-                except AssertionError:
-                    wrong_values.append(f"{op.name}.{op.variant_test_name} {tuple(w.shape)}")
+        if U.seeded(op) or U.random_sample(op, sample) or U.skip_reason(op):
+            continue  # random or nondeterministic values: strides only
+        try:
+            U.compare_sample(op, sample, result, want, U.tolerance(op, torch.float32))
+        except AssertionError:
+            wrong_values.append(f"{U.entry_id(op)} {U.describe(sample)}")
     return from_cpu, from_fake, wrong_values, compared
 
 
