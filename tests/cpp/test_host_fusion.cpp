@@ -850,9 +850,34 @@ TEST(HostFusion, LongChainsSplitIntoBoundedClusters) {
   Program p;
   int32_t x = p.param(0, DType::kF32, {777});
   int32_t v = x;
-  for (int k = 0; k < 100; ++k) v = p.add(k % 2 ? OpKind::kAdd : OpKind::kMul, DType::kF32, {777}, {v, x});
+  const int chain = static_cast<int>(torch_tpu::runtime::host::kMaxClusterNodes) + 36;
+  for (int k = 0; k < chain; ++k) v = p.add(k % 2 ? OpKind::kAdd : OpKind::kMul, DType::kF32, {777}, {v, x});
   at::Tensor xv = at::rand({777}) * 0.1;
-  check(p, {v}, {tensor_binding(xv)}, 2);  // 64 + 36 members
+  check(p, {v}, {tensor_binding(xv)}, 2);  // a full cluster, then 36 members
+}
+
+// A 0-d chain that only feeds broadcasts (an optimizer's bias corrections) is computed again
+// inside each cluster that broadcasts it instead of running as a step of its own and being
+// stored; one that is also an output (or that a kernel reads) is computed once and stored.
+TEST(HostFusion, ScalarChainsAreRecomputedInEachBroadcastingCluster) {
+  for (bool scalar_is_output : {false, true}) {
+    Program p;
+    int32_t x = p.param(0, DType::kF32, {300});
+    int32_t y = p.param(1, DType::kF32, {7, 5});
+    int32_t s = p.param(2, DType::kF32, {});
+    int32_t t = p.add(OpKind::kMul, DType::kF32, {}, {s, p.constant(DType::kF32, 0.9)});
+    int32_t u = p.add(OpKind::kSub, DType::kF32, {}, {p.constant(DType::kF32, 1.0), t});
+    int32_t ox =
+        p.add(OpKind::kMul, DType::kF32, {300}, {x, p.add(OpKind::kBroadcastInDim, DType::kF32, {300}, {u}, {})});
+    int32_t oy =
+        p.add(OpKind::kDiv, DType::kF32, {7, 5}, {y, p.add(OpKind::kBroadcastInDim, DType::kF32, {7, 5}, {u}, {})});
+    std::vector<int32_t> outputs{ox, oy};
+    if (scalar_is_output) outputs.push_back(u);
+    at::Tensor xv = at::randn({300}), yv = at::randn({7, 5}), sv = at::scalar_tensor(0.5f);
+    const int clusters = scalar_is_output ? 3 : 2;  // the 0-d chain is a cluster of its own when stored
+    check(p, outputs, {tensor_binding(xv), tensor_binding(yv), tensor_binding(sv)}, clusters);
+    EXPECT_EQ(compile(p, outputs, true).stats().steps, clusters);
+  }
 }
 
 TEST(HostFusion, UnsupportedDtypesStayKernels) {

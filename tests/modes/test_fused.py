@@ -185,9 +185,9 @@ def test_optimizer_chains_fuse_across_foreach_ops():
     opt.step()
     cpu_opt.step()
     torch_tpu.sync()
-    # Four shapes (a cluster holds at most 64 members): 5 kernels. With every write closing
-    # every other open cluster, the 8 foreach ops took 19.
-    assert fused()["kernels_launched"] <= 6, fused()
+    # Four shapes: one kernel each (the per-parameter scalars are computed inside them). With
+    # every write closing every other open cluster, the 8 foreach ops took 19.
+    assert fused()["kernels_launched"] <= 4, fused()
     for p, c in zip(params, cpu_params):
         torch.testing.assert_close(p.detach().cpu(), c.detach())
 

@@ -69,6 +69,51 @@ bool splits(const ir::Graph& g, int32_t id, const Cluster* cluster) {
   return work >= kSplitMinElements;
 }
 
+// The longest 0-d chain a cluster recomputes for one broadcast (members, repeats counted).
+constexpr int64_t kMaxRecomputedScalars = 24;
+
+// Which nodes are recomputed scalars (see the header): 0-d elementwise nodes, no outputs,
+// whose every reader is another such node or a broadcast_in_dim a cluster can hold, in chains
+// of at most kMaxRecomputedScalars. Dropping a node can disqualify its operands (a reader is
+// no longer recomputed) and its readers (their chain grows), hence the fixed point.
+std::vector<bool> recomputed_scalars(const ir::Graph& g, const std::vector<bool>& live,
+                                     const std::vector<std::vector<int32_t>>& readers,
+                                     const std::vector<bool>& is_output) {
+  const int32_t n = g.size();
+  std::vector<bool> yes(static_cast<size_t>(n), false);
+  for (int32_t i = 0; i < n; ++i) {
+    const ir::Node& node = g.node(i);
+    yes[i] =
+        live[i] && !is_output[i] && node.shape.empty() && node.kind != ir::OpKind::kBroadcastInDim && is_fusible(g, i);
+  }
+  std::vector<int64_t> chain(static_cast<size_t>(n), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t i = n - 1; i >= 0; --i) {
+      if (!yes[i]) continue;
+      const bool ok = !readers[i].empty() && std::all_of(readers[i].begin(), readers[i].end(), [&](int32_t r) {
+        const ir::Node& rn = g.node(r);
+        return yes[r] ||
+               (rn.kind == ir::OpKind::kBroadcastInDim && is_fusible(g, r) && Cluster::can_hold_scalars(rn.shape));
+      });
+      if (!ok) {
+        yes[i] = false;
+        changed = true;
+      }
+    }
+    for (int32_t i = 0; i < n; ++i) {
+      if (!yes[i]) continue;
+      chain[i] = 1;
+      for (int32_t o : g.node(i).operands) chain[i] += yes[o] ? chain[o] : 0;
+      if (chain[i] > kMaxRecomputedScalars) {
+        yes[i] = false;
+        changed = true;
+      }
+    }
+  }
+  return yes;
+}
+
 Kernel make_kernel(const ir::Graph& g, int32_t id) {
   for (auto make : {make_elementwise_kernel, make_rng_kernel, make_data_kernel, make_reduce_kernel,
                     make_contract_kernel}) {
@@ -118,6 +163,12 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     }
   }
 
+  // 0-d chains that only feed broadcasts run inside each cluster that broadcasts them.
+  const std::vector<bool> recomputed =
+      options.fuse ? recomputed_scalars(graph, live, readers, is_output_) : std::vector<bool>(n, false);
+  std::vector<int32_t> recomputed_in(n, -1);  // the last cluster given the node's chain
+  std::vector<int32_t> chain;                 // scratch: one broadcast's chain
+
   // Partition into kernel steps and clusters (see the header for the closing rules).
   std::vector<int32_t> step_of(n, -1);
   std::vector<int32_t> cluster_of(n, -1);  // index into `clusters`
@@ -143,11 +194,14 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     }
     // Later nodes can no longer join, so a reader outside the cluster is final.
     cl.finalize(graph, [&](int32_t m) {
+      if (recomputed[m]) return false;  // every reader computes it again
       if (is_output_[m]) return true;
       return std::any_of(readers[m].begin(), readers[m].end(),
                          [&](int32_t r) { return cluster_of[r] != c; });
     });
-    for (int32_t m : cl.members()) step_of[m] = static_cast<int32_t>(steps_.size());
+    for (int32_t m : cl.members()) {
+      if (!recomputed[m]) step_of[m] = static_cast<int32_t>(steps_.size());
+    }
     steps_.push_back({cl.members().back(), {}, clusters[c], {}});
   };
   auto close_reading = [&](const ir::Node& node, int32_t except) {
@@ -285,7 +339,7 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     node_dtype_[i] = to_aten(node.dtype);
     if (!live[i]) continue;
     node_names_[i] = "%" + std::to_string(i) + " " + ir::op_name(node.kind);
-    if (pulled[i]) continue;  // placed in a cluster ahead of its position
+    if (pulled[i] || recomputed[i]) continue;  // placed in a cluster ahead of its position
     if (node.kind == ir::OpKind::kParameter) {
       params_.push_back({i, node.iattrs.at(0), to_aten(node.dtype), node.shape});
       if (int64_t b = node.iattrs.at(0); b >= 0) {
@@ -333,7 +387,34 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
       if (open[k] && clusters[k]->shape() == node.shape) c = static_cast<int32_t>(k);
     }
     // A broadcast reads its operand from full-size memory (stride 0), even in its own shape.
-    if (node.kind == ir::OpKind::kBroadcastInDim) {
+    if (node.kind == ir::OpKind::kBroadcastInDim && recomputed[node.operands[0]]) {
+      // The chain of the 0-d value, in node order, minus what this cluster already computes.
+      chain.assign(1, node.operands[0]);
+      for (size_t k = 0; k < chain.size(); ++k) {
+        for (int32_t o : graph.node(chain[k]).operands) {
+          if (recomputed[o] && std::find(chain.begin(), chain.end(), o) == chain.end()) chain.push_back(o);
+        }
+      }
+      std::sort(chain.begin(), chain.end());
+      auto missing = [&] {
+        return std::count_if(chain.begin(), chain.end(), [&](int32_t m) { return c < 0 || recomputed_in[m] != c; });
+      };
+      if (c >= 0 && clusters[c]->members().size() + missing() + 1 > kMaxClusterNodes) {
+        close(c);
+        c = -1;
+      }
+      if (c < 0) {
+        c = static_cast<int32_t>(clusters.size());
+        clusters.push_back(std::make_shared<Cluster>(node.shape));
+        open.push_back(true);
+      }
+      for (int32_t m : chain) {
+        if (recomputed_in[m] == c) continue;
+        close_reading(graph.node(m), c);  // its inputs computed first
+        clusters[c]->add(m);
+        recomputed_in[m] = c;
+      }
+    } else if (node.kind == ir::OpKind::kBroadcastInDim) {
       int32_t oc = cluster_of[node.operands[0]];
       // Never into an empty shape (Cluster::can_hold_scalars): var_mean's mean of an empty bf16
       // tensor, converted back to bf16 by a later node, was read uninitialized.
@@ -427,12 +508,26 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     rc = rc == kUnseen || rc == c ? c : -1;
   }
 
+  // The steps that read a value through a node: its own step, or for a recomputed scalar
+  // every cluster that computes it (never materialized, so no value of its own).
+  std::vector<std::vector<int32_t>> recomputed_steps(n);
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    if (!steps_[k].cluster) continue;
+    for (int32_t m : steps_[k].cluster->members()) {
+      if (recomputed[m]) recomputed_steps[m].push_back(static_cast<int32_t>(k));
+    }
+  }
+  auto for_each_reading_step = [&](int32_t r, auto fn) {
+    if (!recomputed[r]) return fn(step_of[r]);
+    for (int32_t k : recomputed_steps[r]) fn(k);
+  };
+
   // Release each value after the last step (in run order) that reads it; a value nobody reads
   // (an output only) right after the step that defines it.
   for (int32_t v = 0; v < num_nodes_; ++v) {
-    if (!live[v]) continue;
+    if (!live[v] || recomputed[v]) continue;
     int32_t at_step = step_of[v];
-    for (int32_t r : readers[v]) at_step = std::max(at_step, step_of[r]);
+    for (int32_t r : readers[v]) for_each_reading_step(r, [&](int32_t k) { at_step = std::max(at_step, k); });
     if (at_step >= 0) steps_[at_step].release.push_back(v);
   }
 
@@ -443,12 +538,13 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   value_readers_.assign(n, 0);
   std::vector<std::vector<int32_t>> step_reads(steps_.size());
   for (int32_t v = 0; v < num_nodes_; ++v) {
-    if (!live[v]) continue;
+    if (!live[v] || recomputed[v]) continue;
     for (int32_t r : readers[v]) {
-      const int32_t rs = step_of[r];
-      if (rs < 0 || rs == step_of[v]) continue;
-      auto& reads = step_reads[static_cast<size_t>(rs)];
-      if (reads.empty() || reads.back() != v) reads.push_back(v);
+      for_each_reading_step(r, [&](int32_t rs) {
+        if (rs < 0 || rs == step_of[v]) return;
+        auto& reads = step_reads[static_cast<size_t>(rs)];
+        if (reads.empty() || reads.back() != v) reads.push_back(v);
+      });
     }
   }
   for (const Step& st : steps_) helper_may_run_.push_back(!splits(graph, st.node, st.cluster.get()));

@@ -27,6 +27,15 @@
 //    cluster's shape whose operands are all computed by then (and that are no outputs) join
 //    the cluster first (a kernel reducing the cluster's value, then a product of the cluster's
 //    values, which otherwise started a cluster after the kernel).
+//    A 0-d elementwise chain whose only readers are broadcasts into clusters (an optimizer's
+//    bias corrections and step sizes, per parameter; a learning rate's conversion) is a
+//    *recomputed scalar*: it joins every cluster that broadcasts it, ahead of the broadcast, as
+//    tile-invariant instructions (computed once per run of that cluster), and is never a step
+//    or a stored value. Computed once instead, one 0-d cluster held every parameter's scalars
+//    of a `_foreach_` optimizer, was absorbed by the first cluster that read one and stored all
+//    of them for the others (an allocation each), and its size closed that cluster mid-chain.
+//    Chains are bounded (kMaxRecomputedScalars in executor.cpp); an output, or a value a kernel
+//    reads, is computed once as before.
 //    A closed cluster of one node is an ordinary kernel step. Members store only values read
 //    by a later step or requested as outputs. Consequence for callers: a tensor input is read
 //    whenever its reading step runs, which may be after an output that precedes it in node
