@@ -123,6 +123,29 @@ TEST(HostRuntime, BroadcastScalarBindingAndConvert) {
   expect_equal(r[1], at::tensor({10, 11, 12, -6, -5, -4}, at::kLong).view({2, 3}));  // truncation
 }
 
+// Runs reuse the tensors that wrapped an earlier run's bindings and scalars (executor.cpp,
+// RecycledTensors): every run must read its own memory, strides and scalar values.
+TEST(HostRuntime, EachRunReadsItsOwnBindings) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {3, 4});
+  int32_t s = p.param(1, DType::kF32, {});
+  int32_t t = p.add(OpKind::kTranspose, DType::kF32, {4, 3}, {x}, {1, 0});
+  int32_t b = p.add(OpKind::kBroadcastInDim, DType::kF32, {4, 3}, {s}, {});
+  int32_t m = p.add(OpKind::kMul, DType::kF32, {4, 3}, {t, b});
+  ir::verify(p.g);
+  auto exe = host_runtime().compile(p.g, {m});
+  for (int k = 0; k < 6; ++k) {
+    at::Tensor xv = k % 2 ? at::randn({4, 3}).t() : at::randn({3, 4});  // strided, then contiguous
+    Binding scalar;
+    scalar.kind = Binding::Kind::Scalar;
+    scalar.dtype = at::kDouble;
+    scalar.d = k + 0.5;
+    at::Tensor out = at::empty({4, 3});
+    exe->run({tensor_binding(xv), scalar}, {{m, tensor_binding(out)}}, {});
+    expect_equal(out, xv.t() * static_cast<float>(k + 0.5));
+  }
+}
+
 TEST(HostRuntime, Reductions) {
   Program p;
   int32_t x = p.param(0, DType::kF32, {2, 3});

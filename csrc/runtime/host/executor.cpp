@@ -1,10 +1,13 @@
 #include "runtime/host/executor.h"
 
+#include <ATen/Dispatch.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorUtils.h>
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -33,26 +36,100 @@ static_assert(static_cast<int>(ir::DType::kU8) == static_cast<int>(at::ScalarTyp
 
 std::string shape_str(c10::IntArrayRef s) { return c10::str(s); }
 
+// Tensors of earlier runs, recycled per thread: at::from_blob allocates a StorageImpl and a
+// TensorImpl for each binding of each run, and a 0-d scalar is an allocated tensor too (a
+// compiled AdamW step binds ~300 of them). A tensor that only the pool still references (its
+// storage too: the run's values, views and outputs that used it are gone) is reused: a
+// binding's wrapper is pointed at the new memory, a scalar's value is written into it.
+class RecycledTensors {
+ public:
+  at::Tensor wrapper(const Binding& b) {
+    if (at::Tensor* t = free_one(wrappers_[slot(b.dtype)])) {
+      c10::StorageImpl* storage = t->storage().unsafeGetStorageImpl();
+      storage->set_data_ptr_noswap(c10::DataPtr(b.data, c10::Device(c10::kCPU)));
+      storage->set_nbytes(at::detail::computeStorageNbytes(b.sizes, b.strides, c10::elementSize(b.dtype)));
+      t->unsafeGetTensorImpl()->set_sizes_and_strides(b.sizes, b.strides, /*storage_offset=*/0);
+      return *t;
+    }
+    return keep(wrappers_[slot(b.dtype)],
+                at::from_blob(b.data, b.sizes, b.strides, at::TensorOptions().dtype(b.dtype)));
+  }
+  at::Tensor scalar(const Binding& b) {
+    const c10::Scalar value = at::isFloatingType(b.dtype) ? c10::Scalar(b.d) : c10::Scalar(b.i);
+    bool writable = false;  // the dtypes the dispatch below covers
+    switch (b.dtype) {
+      case at::kByte:
+      case at::kChar:
+      case at::kShort:
+      case at::kInt:
+      case at::kLong:
+      case at::kBool:
+      case at::kFloat:
+      case at::kDouble:
+      case at::kHalf:
+      case at::kBFloat16:
+        writable = true;
+        break;
+      default:
+        break;
+    }
+    if (at::Tensor* t = writable ? free_one(scalars_[slot(b.dtype)]) : nullptr) {
+      AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, b.dtype, "host scalar binding",
+                                 [&] { *t->mutable_data_ptr<scalar_t>() = value.to<scalar_t>(); });
+      return *t;
+    }
+    // ATen's own non-dispatching path for CPU scalars (at::scalar_tensor is a dispatched
+    // empty + fill_, ~1 us).
+    return keep(scalars_[slot(b.dtype)], at::detail::scalar_tensor_static(value, b.dtype, at::kCPU));
+  }
+
+ private:
+  struct Pool {
+    std::vector<at::Tensor> tensors;
+    size_t next = 0;  // where the search starts: runs bind in the same order every time
+  };
+  static constexpr size_t kProbes = 8;        // pool entries looked at before making a new one
+  static constexpr size_t kMaxPooled = 4096;  // per dtype
+  static constexpr size_t kDtypes = 64;       // > every ScalarType a binding may have
+  static size_t slot(c10::ScalarType t) { return static_cast<size_t>(t) % kDtypes; }
+  at::Tensor* free_one(Pool& pool) {
+    const size_t n = pool.tensors.size();
+    for (size_t k = 0; k < std::min(n, kProbes); ++k) {
+      const size_t i = (pool.next + k) % n;
+      at::Tensor& t = pool.tensors[i];
+      if (t.use_count() == 1 && t.storage().use_count() == 1) {
+        pool.next = (i + 1) % n;
+        return &t;
+      }
+    }
+    return nullptr;
+  }
+  static at::Tensor keep(Pool& pool, at::Tensor t) {
+    if (pool.tensors.size() < kMaxPooled) pool.tensors.push_back(t);
+    return t;
+  }
+  std::array<Pool, kDtypes> wrappers_, scalars_;
+};
+
+RecycledTensors& recycled_tensors() {
+  thread_local RecycledTensors pools;
+  return pools;
+}
+
 // A CPU tensor over a Tensor binding's memory (no copy).
 at::Tensor wrap_binding(const Binding& b) {
-  auto opts = at::TensorOptions().dtype(b.dtype);
   TPU_CHECK(b.sizes.size() == b.strides.size(), "host runtime: binding has ", b.sizes.size(),
             " sizes but ", b.strides.size(), " strides");
   int64_t numel = 1;
   for (int64_t s : b.sizes) numel *= s;
-  if (numel == 0) return at::empty(b.sizes, opts);
+  if (numel == 0) return at::empty(b.sizes, at::TensorOptions().dtype(b.dtype));
   TPU_CHECK(b.data != nullptr, "host runtime: tensor binding with null data");
-  return at::from_blob(b.data, b.sizes, b.strides, opts);
+  return recycled_tensors().wrapper(b);
 }
 
-// A scalar binding as a 0-d tensor of its dtype: ATen's own non-dispatching path for CPU
-// scalars (at::scalar_tensor is a dispatched empty + fill_, ~1 us per scalar argument of
-// every run). Integer values come from an int64 Python number or a 0-d tensor of the
-// binding's dtype, so they are in range.
-at::Tensor scalar_value(const Binding& b) {
-  return at::detail::scalar_tensor_static(at::isFloatingType(b.dtype) ? c10::Scalar(b.d) : c10::Scalar(b.i), b.dtype,
-                                          at::kCPU);
-}
+// A scalar binding as a 0-d tensor of its dtype. Integer values come from an int64 Python
+// number or a 0-d tensor of the binding's dtype, so they are in range.
+at::Tensor scalar_value(const Binding& b) { return recycled_tensors().scalar(b); }
 
 // [first, last] bytes a non-empty tensor binding can touch.
 std::pair<uintptr_t, uintptr_t> byte_range(const Binding& b) {
