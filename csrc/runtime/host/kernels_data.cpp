@@ -1,5 +1,7 @@
 // Data-movement IR ops. Pure layout changes (broadcast_in_dim, reshape, transpose, slice,
 // dynamic_slice) return ATen views, so they cost no copy; consumers read them strided.
+#include <ATen/TensorUtils.h>
+
 #include "common/check.h"
 #include "runtime/host/kernels.h"
 
@@ -22,6 +24,17 @@ void check_index(const char* op, const at::Tensor& index, const at::Tensor& x, i
   int64_t bad = mn < 0 ? mn : mx;
   TPU_CHECK_INDEX(mn >= 0 && mx < n, op, ": index ", bad, " is out of bounds for axis ", axis,
                   " with size ", n);
+}
+
+// A view of x's memory with these sizes and strides, `offset` elements past x's first element,
+// made directly: the dispatched view ops (permute, view, expand, slice) cost 1-2 us each, and a
+// compiled TinyGPT training step runs ~120 of them as steps. The view constructor allocates no
+// version counter (runtime values never meet autograd).
+at::Tensor view_of(const at::Tensor& x, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset = 0) {
+  at::Tensor v = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(x.storage()),
+                                                          x.unsafeGetTensorImpl()->key_set(), x.dtype());
+  v.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, x.storage_offset() + offset);
+  return v;
 }
 
 // pad: fill with the value, then copy the (possibly cropped) strided interior region.
@@ -60,27 +73,49 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
     case OpKind::kBroadcastInDim: {
       std::vector<int64_t> view(shape.size(), 1);
       for (size_t k = 0; k < a.size(); ++k) view[a[k]] = xn.shape[k];
-      return [x, view, shape](const Values& v, at::Tensor*) {
-        return v[x].reshape(view).expand(shape);
+      std::vector<int64_t> dims = a, x_shape = xn.shape;
+      return [x, view, shape, dims, x_shape](const Values& v, at::Tensor*) {
+        const at::Tensor& t = v[x];
+        if (!t.sizes().equals(x_shape)) return t.reshape(view).expand(shape);  // a smaller folded value
+        c10::SmallVector<int64_t, 6> strides(shape.size(), 0);
+        for (size_t k = 0; k < dims.size(); ++k) {
+          if (x_shape[k] != 1) strides[static_cast<size_t>(dims[k])] = t.stride(static_cast<int64_t>(k));
+        }
+        return view_of(t, shape, strides);
       };
     }
     case OpKind::kReshape:
-      return [x, shape](const Values& v, at::Tensor*) { return v[x].reshape(shape); };
+      return [x, shape](const Values& v, at::Tensor*) {
+        const at::Tensor& t = v[x];
+        if (auto strides = at::detail::computeStride(t.sizes(), t.strides(), shape)) return view_of(t, shape, *strides);
+        return t.reshape(shape);  // not a view of this layout: a copy
+      };
     case OpKind::kTranspose: {
       std::vector<int64_t> perm = a;
-      return [x, perm](const Values& v, at::Tensor*) { return v[x].permute(perm); };
+      return [x, perm](const Values& v, at::Tensor*) {
+        const at::Tensor& t = v[x];
+        c10::SmallVector<int64_t, 6> sizes, strides;
+        for (int64_t p : perm) {
+          sizes.push_back(t.size(p));
+          strides.push_back(t.stride(p));
+        }
+        return view_of(t, sizes, strides);
+      };
     }
     case OpKind::kSlice: {
       std::vector<int64_t> start = attr_slice(n, 0, r), limit = attr_slice(n, r, r),
                            stride = attr_slice(n, 2 * r, r);
       return [x, start, limit, stride](const Values& v, at::Tensor*) {
-        at::Tensor t = v[x];
+        const at::Tensor& t = v[x];
+        c10::SmallVector<int64_t, 6> sizes, strides;
+        int64_t offset = 0;
         for (size_t d = 0; d < start.size(); ++d) {
-          if (start[d] != 0 || limit[d] != t.size(d) || stride[d] != 1) {
-            t = t.slice(d, start[d], limit[d], stride[d]);
-          }
+          const int64_t s = t.stride(static_cast<int64_t>(d));
+          sizes.push_back(std::max<int64_t>(0, (limit[d] - start[d] + stride[d] - 1) / stride[d]));
+          strides.push_back(s * stride[d]);
+          offset += start[d] * s;
         }
-        return t;
+        return view_of(t, sizes, strides, offset);
       };
     }
     case OpKind::kDynamicSlice: {
