@@ -43,12 +43,13 @@ struct BindingView {
 
 // One ATen return: a new tensor, an argument's tensor (by binding), a list of those, or an
 // undefined tensor (a backward op's result disabled by its output_mask). Compiled graphs also
-// return views of their inputs (a saved `t(weight)`: torch_tpu/compile/lower_graph.py).
+// return views of their inputs (a saved `t(weight)`) and of their new tensors (saved q, k, v:
+// slices of one projection): torch_tpu/compile/lower_graph.py.
 struct ReturnSpec {
-  enum class Kind : uint8_t { New, Binding, List, Undefined, View } kind = Kind::New;
-  int32_t index = 0;              // New: new_tensors index; Binding, View: binding index
+  enum class Kind : uint8_t { New, Binding, List, Undefined, View, NewView } kind = Kind::New;
+  int32_t index = 0;              // New, NewView: new_tensors index; Binding, View: binding index
   std::vector<ReturnSpec> items;  // List
-  BindingView view;               // View
+  BindingView view;               // View, NewView
 };
 
 struct Program {

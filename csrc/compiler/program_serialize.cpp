@@ -76,7 +76,7 @@ void put_return(Writer& w, const ReturnSpec& r) {
   w.put(r.index);
   w.put(static_cast<uint32_t>(r.items.size()));
   for (const auto& item : r.items) put_return(w, item);
-  if (r.kind == ReturnSpec::Kind::View) {
+  if (r.kind == ReturnSpec::Kind::View || r.kind == ReturnSpec::Kind::NewView) {
     w.put_vec(r.view.sizes);
     w.put_vec(r.view.strides);
     w.put(r.view.offset);
@@ -92,11 +92,11 @@ ReturnSpec get_return(Reader& r, int depth, size_t bindings_bound, size_t new_co
   TPU_CHECK(depth <= kMaxReturnDepth, "program entry: returns nest deeper than ", kMaxReturnDepth);
   ReturnSpec spec;
   auto kind = r.get<uint8_t>("return kind");
-  TPU_CHECK(kind <= static_cast<uint8_t>(ReturnSpec::Kind::View), "program entry: bad return kind ",
+  TPU_CHECK(kind <= static_cast<uint8_t>(ReturnSpec::Kind::NewView), "program entry: bad return kind ",
             static_cast<int>(kind));
   spec.kind = static_cast<ReturnSpec::Kind>(kind);
   spec.index = r.get<int32_t>("return index");
-  if (spec.kind == ReturnSpec::Kind::New) {
+  if (spec.kind == ReturnSpec::Kind::New || spec.kind == ReturnSpec::Kind::NewView) {
     TPU_CHECK(spec.index >= 0 && static_cast<size_t>(spec.index) < new_count, "program entry: return index ",
               spec.index, " out of range");
   } else if (spec.kind == ReturnSpec::Kind::Binding || spec.kind == ReturnSpec::Kind::View) {
@@ -111,7 +111,7 @@ ReturnSpec get_return(Reader& r, int depth, size_t bindings_bound, size_t new_co
     TPU_CHECK(spec.items.back().kind == ReturnSpec::Kind::New || spec.items.back().kind == ReturnSpec::Kind::Binding,
               "program entry: a list return holds only new or argument tensors");
   }
-  if (spec.kind == ReturnSpec::Kind::View) {
+  if (spec.kind == ReturnSpec::Kind::View || spec.kind == ReturnSpec::Kind::NewView) {
     BindingView& v = spec.view;
     v.sizes = r.get_vec<int64_t>("view sizes");
     v.strides = r.get_vec<int64_t>("view strides");

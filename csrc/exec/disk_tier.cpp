@@ -24,7 +24,8 @@ void check_bindings(const compiler::Program& p, size_t bindings) {
   std::function<void(const compiler::ReturnSpec&)> check = [&](const compiler::ReturnSpec& r) {
     TORCH_CHECK(r.kind != compiler::ReturnSpec::Kind::Binding || static_cast<size_t>(r.index) < bindings,
                 "return binding ", r.index, " out of range");
-    TORCH_CHECK(r.kind != compiler::ReturnSpec::Kind::View, "a view return in a per-op program");
+    TORCH_CHECK(r.kind != compiler::ReturnSpec::Kind::View && r.kind != compiler::ReturnSpec::Kind::NewView,
+                "a view return in a per-op program");
     for (const auto& item : r.items) check(item);
   };
   for (const auto& r : p.returns) check(r);

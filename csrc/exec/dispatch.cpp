@@ -337,6 +337,7 @@ void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& n
     case compiler::ReturnSpec::Kind::Binding: torch::jit::push(*stack, st.tensors[static_cast<size_t>(r.index)]); break;
     case compiler::ReturnSpec::Kind::Undefined: torch::jit::push(*stack, at::Tensor()); break;
     case compiler::ReturnSpec::Kind::View:
+    case compiler::ReturnSpec::Kind::NewView:
       TORCH_CHECK(false, "a per-op program returns a view");
       break;
     case compiler::ReturnSpec::Kind::List: {

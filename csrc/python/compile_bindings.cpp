@@ -47,25 +47,31 @@ namespace torch_tpu::python {
 namespace {
 
 // One result of the FX graph: a new tensor of the program, an input passed through, a view of
-// an input, or a Python constant (None, an int) the graph returns as is.
+// an input or of a new tensor, or a Python constant (None, an int) the graph returns as is.
 struct GraphReturn {
-  enum class Kind : uint8_t { New, Input, InputView, Constant } kind = Kind::New;
+  enum class Kind : uint8_t { New, Input, InputView, Constant, NewView } kind = Kind::New;
   int32_t index = 0;
   py::object constant;
-  compiler::BindingView view;  // InputView
+  compiler::BindingView view;  // InputView, NewView
 };
 
-// The traced view of input `base`. An input laid out otherwise than traced (a saved tensor an
-// earlier graph returned in another layout) is first copied into the traced layout: the view
-// then has the traced values, without the aliasing.
-at::Tensor input_view(const at::Tensor& base, const compiler::BindingView& v, int32_t index) {
-  TPU_CHECK(base.defined() && base.sizes().equals(v.base_sizes), "compiled graph: input ", index,
+// The traced view of `base` (input or new tensor `index`). A base laid out otherwise than traced
+// (a saved tensor an earlier graph returned in another layout) is first copied into the traced
+// layout: the view then has the traced values, without the aliasing.
+at::Tensor traced_view(const at::Tensor& base, const compiler::BindingView& v, const char* what, int32_t index) {
+  TPU_CHECK(base.defined() && base.sizes().equals(v.base_sizes), "compiled graph: ", what, " ", index,
             " is not the tensor its returned view was traced on");
   if (base.strides().equals(v.base_strides))
     return base.as_strided(v.sizes, v.strides, base.storage_offset() + v.offset);
   at::Tensor copy = at::empty_strided(v.base_sizes, v.base_strides, base.options());
   copy.copy_(base);
   return copy.as_strided(v.sizes, v.strides, v.offset);
+}
+
+// A ("v" or "w", index, sizes, strides, offset, base sizes, base strides) return's geometry.
+compiler::BindingView binding_view(const py::tuple& t) {
+  return {t[2].cast<std::vector<int64_t>>(), t[3].cast<std::vector<int64_t>>(), t[4].cast<int64_t>(),
+          t[5].cast<std::vector<int64_t>>(), t[6].cast<std::vector<int64_t>>()};
 }
 
 class CompiledGraph {
@@ -112,10 +118,13 @@ class CompiledGraph {
         g.index = t[1].cast<int32_t>();
         TPU_CHECK_VALUE(g.index >= 0 && g.index < num_inputs, "compiled graph: returned input ", g.index,
                         " out of range");
-        if (kind == "v") {
-          g.view = {t[2].cast<std::vector<int64_t>>(), t[3].cast<std::vector<int64_t>>(), t[4].cast<int64_t>(),
-                    t[5].cast<std::vector<int64_t>>(), t[6].cast<std::vector<int64_t>>()};
-        }
+        if (kind == "v") g.view = binding_view(t);
+      } else if (kind == "w") {
+        g.kind = GraphReturn::Kind::NewView;
+        g.index = t[1].cast<int32_t>();
+        TPU_CHECK_VALUE(g.index >= 0 && g.index < new_count, "compiled graph: view of new tensor ", g.index,
+                        " out of range");
+        g.view = binding_view(t);
       } else {
         g.kind = GraphReturn::Kind::Constant;
         g.constant = py::reinterpret_borrow<py::object>(t[1]);
@@ -264,7 +273,10 @@ class CompiledGraph {
         case GraphReturn::Kind::New: out.append(py::cast(news[static_cast<size_t>(r.index)])); break;
         case GraphReturn::Kind::Input: out.append(inputs[static_cast<size_t>(r.index)]); break;
         case GraphReturn::Kind::InputView:
-          out.append(py::cast(input_view(tensors[static_cast<size_t>(r.index)], r.view, r.index)));
+          out.append(py::cast(traced_view(tensors[static_cast<size_t>(r.index)], r.view, "input", r.index)));
+          break;
+        case GraphReturn::Kind::NewView:
+          out.append(py::cast(traced_view(news[static_cast<size_t>(r.index)], r.view, "new tensor", r.index)));
           break;
         case GraphReturn::Kind::Constant: out.append(r.constant); break;
       }
@@ -329,6 +341,12 @@ class CompiledGraph {
           g.kind = r.kind == compiler::ReturnSpec::Kind::View ? GraphReturn::Kind::InputView : GraphReturn::Kind::Input;
           g.view = r.view;
           break;
+        case compiler::ReturnSpec::Kind::NewView:
+          TORCH_CHECK(r.index >= 0 && r.index < new_count, "compiled graph entry: view of new tensor ", r.index,
+                      " out of range");
+          g.kind = GraphReturn::Kind::NewView;
+          g.view = r.view;
+          break;
         case compiler::ReturnSpec::Kind::Undefined:
           g.kind = GraphReturn::Kind::Constant;
           g.constant = py::none();
@@ -348,7 +366,9 @@ class CompiledGraph {
       case GraphReturn::Kind::New: r.kind = compiler::ReturnSpec::Kind::New; break;
       case GraphReturn::Kind::Input: r.kind = compiler::ReturnSpec::Kind::Binding; break;
       case GraphReturn::Kind::InputView:
-        r.kind = compiler::ReturnSpec::Kind::View;
+      case GraphReturn::Kind::NewView:
+        r.kind = g.kind == GraphReturn::Kind::NewView ? compiler::ReturnSpec::Kind::NewView
+                                                      : compiler::ReturnSpec::Kind::View;
         r.view = g.view;
         break;
       case GraphReturn::Kind::Constant:

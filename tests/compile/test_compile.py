@@ -202,6 +202,32 @@ def test_saved_views_of_weights_alias_the_weights():
         _close(p.grad.cpu(), q.grad)
 
 
+def test_saved_query_key_value_are_views_of_one_projection():
+    """The forward saves q, k and v for the attention backward: transposed slices of the qkv
+    projection. It returns them as views of the projection, computed into a new tensor once,
+    rather than as three copies every step (lower_graph.py, _computed_view); the gradients
+    match eager."""
+    torch.manual_seed(0)
+    base = TinyGPT(vocab=32, dim=16, heads=2, layers=1, ctx=8)
+    x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
+    ref = copy.deepcopy(base)
+    ref(x, y)[1].backward()
+    dev = copy.deepcopy(base).to(DEV)
+    saved: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        _, loss = torch.compile(dev, backend="tpu")(x.to(DEV), y.to(DEV))
+    loss.backward()
+    heads = [t for t in saved if t.dim() == 4 and tuple(t.shape) == (2, 2, 8, 8)]  # [B, H, T, D]
+    storages = {t.untyped_storage().data_ptr() for t in heads}
+    offsets = sorted(t.storage_offset() for t in heads)
+    # q, k, v (and the attention output, which has its own layout) in two storages at most,
+    # the projection's holding three slices D * H apart.
+    assert len(heads) >= 3 and len(storages) < len(heads), [(t.stride(), t.storage_offset()) for t in heads]
+    assert {0, 16, 32} <= set(offsets), offsets
+    for (k, p), (_, q) in zip(dev.named_parameters(), ref.named_parameters()):
+        _close(p.grad.cpu(), q.grad)
+
+
 def test_view_of_an_input_laid_out_otherwise_than_traced_has_the_traced_values():
     """A returned view of an input is taken with the traced strides; an input laid out
     otherwise (a saved tensor an earlier graph returned contiguous where the trace had it

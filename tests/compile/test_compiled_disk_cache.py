@@ -2,7 +2,8 @@
 
 Two subprocesses share a TORCH_TPU_CACHE_DIR: the first lowers and stores its forward and
 backward graphs and a compiled optimizer step, the second loads them (no lowering) and
-computes the same values.
+computes the same values. The forward returns views of its inputs (saved transposed weights)
+and of its new tensors (saved q, k, v), which the stored programs keep.
 """
 
 from __future__ import annotations

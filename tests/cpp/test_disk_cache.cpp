@@ -45,6 +45,8 @@ Program sample_program() {
   p.returns.push_back(ReturnSpec{ReturnSpec::Kind::Undefined, 0, {}});
   // A transposed view of binding 0, one row down: [3, 1] of the [2, 3] binding.
   p.returns.push_back(ReturnSpec{ReturnSpec::Kind::View, 0, {}, {{3, 1}, {1, 3}, 3, {2, 3}, {3, 1}}});
+  // The second row of new tensor 0 (a saved slice of a computed value).
+  p.returns.push_back(ReturnSpec{ReturnSpec::Kind::NewView, 0, {}, {{3}, {1}, 3, {2, 3}, {3, 1}}});
   p.host_outputs.push_back({3, 1, -1});
   p.rng_counters = 7;
   p.baked_scalars = true;
@@ -90,8 +92,8 @@ TEST(ProgramSerialize, RoundTrip) {
   EXPECT_FALSE(q.new_tensors[0].channels_last);
   EXPECT_EQ(q.new_tensors[1].shape, (std::vector<int64_t>{1, 2, 2, 3}));
   EXPECT_TRUE(q.new_tensors[1].channels_last);
-  ASSERT_EQ(q.returns.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) expect_same_returns(q.returns[i], p.returns[i]);
+  ASSERT_EQ(q.returns.size(), 5u);
+  for (size_t i = 0; i < p.returns.size(); ++i) expect_same_returns(q.returns[i], p.returns[i]);
   ASSERT_EQ(q.host_outputs.size(), 1u);
   EXPECT_EQ(q.host_outputs[0].node, 3);
   EXPECT_EQ(q.host_outputs[0].target, 1);

@@ -117,7 +117,7 @@ def _program(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = Non
     if prog is not None:
         counters().graphs_loaded += 1
     else:
-        lg = lower_graph(gm, inputs)
+        lg = lower_graph(gm, inputs, saved_start)
         # A value also returned to the user (the same node, or an alias of it) keeps its layout.
         visible = {r[1] for r in lg.returns[:saved_start or 0] if r[0] == "n"}
         news = sorted({lg.returns[i][1] for i in channels_last if lg.returns[i][0] == "n"} - visible)

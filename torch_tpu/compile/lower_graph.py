@@ -89,8 +89,12 @@ def input_kind(x) -> str:
     return "n"
 
 
-def lower_graph(gm: fx.GraphModule, inputs: Sequence) -> LoweredGraph:
+def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = None) -> LoweredGraph:
     """Lowers gm for inputs (real or fake tensors and numbers, in placeholder order).
+
+    saved_start: index of the first output a forward graph saves for its backward (see
+    backend._saved_for_backward_start); such outputs that view a computed value are returned
+    as views of it (_computed_view).
 
     Raises ``Symbolic`` when an input has a symbolic shape or value (the caller then lowers
     per concrete input signature) and ``Unsupported`` for a node the table cannot lower.
@@ -143,7 +147,7 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence) -> LoweredGraph:
         if node.op == "placeholder":
             continue
         if node.op == "output":
-            return _finish(b, node, env, param_input, mutated, host_inputs, len(inputs), ops)
+            return _finish(b, node, env, param_input, mutated, host_inputs, len(inputs), ops, saved_start)
         if node.op != "call_function":
             raise Unsupported(f"{node.op} {node.target}", "only call_function nodes are lowered")
         target = node.target
@@ -254,6 +258,47 @@ def _input_view(r: fx.Node, env: dict, param_input: dict[int, int], mutated: dic
             out_val.storage_offset() - base_val.storage_offset(), list(base_val.shape), list(base_val.stride()))
 
 
+def _computed_view(r: fx.Node, env: dict, param_input: dict[int, int]) -> tuple[Value, tuple] | None:
+    """(base value, ("w", -1, view geometry...)) when output r is a chain of ATen views of a
+    value the graph computes, also through the items of split-like view ops, else None.
+
+    For saved activations: AOTAutograd saves q, k and v as transposed slices of one projection
+    (``qkv.view(...).split(...)[i].view(...).transpose(1, 2)``); returned as new tensors they
+    are copies (three per attention layer and step), while the projection computed straight into
+    a new tensor and viewed three times costs nothing. The base must be traced contiguous (new
+    tensors are allocated so); the caller fills in the base's new-tensor index.
+    """
+    def is_view_op(n: object) -> bool:
+        return isinstance(n, fx.Node) and n.op == "call_function" and \
+            isinstance(n.target, torch._ops.OpOverload) and n.target.is_view
+
+    n = r
+    while True:
+        if is_view_op(n):
+            n = n.args[0]
+        elif isinstance(n, fx.Node) and n.op == "call_function" and n.target is operator.getitem and \
+                is_view_op(n.args[0]):
+            n = n.args[0].args[0]
+        else:
+            break
+    if n is r or not isinstance(n, fx.Node) or n.op != "call_function":
+        return None
+    base = env.get(n)
+    if not isinstance(base, Value) or base.id in param_input:
+        return None
+    out_val, base_val = r.meta.get("val"), n.meta.get("val")
+    if not (isinstance(out_val, torch.Tensor) and isinstance(base_val, torch.Tensor)) or \
+            out_val.dtype != base_val.dtype or base_val.device.type != "tpu":
+        return None
+    geometry = (*out_val.shape, *out_val.stride(), out_val.storage_offset(), base_val.storage_offset(),
+                *base_val.shape, *base_val.stride())
+    if any(isinstance(x, torch.SymInt) for x in geometry) or list(base_val.stride()) != _stride(tuple(base_val.shape)):
+        return None
+    return base, ("w", -1, list(out_val.shape), list(out_val.stride()),
+                  out_val.storage_offset() - base_val.storage_offset(), list(base_val.shape),
+                  list(base_val.stride()))
+
+
 # IR ops whose host kernels may return a view of their operand (or the operand itself): a value
 # computed by one of them from an input reads the input's memory whenever it is read. The host
 # executor's memory classes use the same list (executor.cpp, in_memory).
@@ -304,12 +349,19 @@ def _reads_only(b: GraphBuilder, value: Value, bindings: set[int]) -> bool:
 
 
 def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int, int], mutated: dict[int, Value],
-            host_inputs: set[int], num_inputs: int, ops: list[str]) -> LoweredGraph:
+            host_inputs: set[int], num_inputs: int, ops: list[str], saved_start: int | None = None) -> LoweredGraph:
     outputs: list[tuple] = []
     new_of: dict[int, int] = {}
     returns: list[tuple] = []
     results = out_node.args[0]
-    for r in (results if isinstance(results, (list, tuple)) else [results]):
+
+    def new_index(v: Value) -> int:
+        if v.id not in new_of:
+            new_of[v.id] = len(new_of)
+            outputs.append((v.id, -1))
+        return new_of[v.id]
+
+    for k, r in enumerate(results if isinstance(results, (list, tuple)) else [results]):
         v = env[r] if isinstance(r, fx.Node) else r
         if isinstance(v, Value):
             if v.id in param_input:
@@ -319,10 +371,12 @@ def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int
             if view is not None:
                 returns.append(view)
                 continue
-            if v.id not in new_of:
-                new_of[v.id] = len(new_of)
-                outputs.append((v.id, -1))
-            returns.append(("n", new_of[v.id]))
+            saved = saved_start is not None and k >= saved_start
+            if saved and (computed := _computed_view(r, env, param_input)) is not None:
+                base, spec = computed
+                returns.append((spec[0], new_index(base), *spec[2:]))
+                continue
+            returns.append(("n", new_index(v)))
         elif v is None or isinstance(v, (bool, int, float)):
             returns.append(("c", v))
         else:
