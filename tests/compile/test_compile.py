@@ -179,10 +179,9 @@ def test_conv_training_saves_activations_channels_last():
         _close(p.grad.cpu(), q.grad, 1e-4)
 
 
-def test_saved_views_of_weights_alias_the_weights():
-    """The forward saves ``t(weight)`` of each linear layer for the backward. It returns those as
-    views of the weights, as eager autograd saves them, rather than as copies made every step
-    (lower_graph.py, _input_view); the gradients match eager."""
+def _train_one_step_saving() -> tuple[nn.Module, list[torch.Tensor]]:
+    """A one-layer TinyGPT compiled and trained one step on "tpu" (its gradients checked
+    against eager CPU), and the tensors autograd saved for its backward."""
     torch.manual_seed(0)
     base = TinyGPT(vocab=32, dim=16, heads=2, layers=1, ctx=8)
     x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
@@ -193,13 +192,21 @@ def test_saved_views_of_weights_alias_the_weights():
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         _, loss = torch.compile(dev, backend="tpu")(x.to(DEV), y.to(DEV))
     loss.backward()
+    for (k, p), (_, q) in zip(dev.named_parameters(), ref.named_parameters()):
+        _close(p.grad.cpu(), q.grad)
+    return dev, saved
+
+
+def test_saved_views_of_weights_alias_the_weights():
+    """The forward saves ``t(weight)`` of each linear layer for the backward. It returns those as
+    views of the weights, as eager autograd saves them, rather than as copies made every step
+    (lower_graph.py, _input_view); the gradients match eager."""
+    dev, saved = _train_one_step_saving()
     weights = {p.untyped_storage().data_ptr(): k for k, p in dev.named_parameters() if k.endswith("weight")}
     aliased = {weights.get(t.untyped_storage().data_ptr()) for t in saved} - {None}
     linear = {"blocks.0.attn.qkv.weight", "blocks.0.attn.proj.weight", "blocks.0.mlp.0.weight",
               "blocks.0.mlp.2.weight", "tok.weight"}  # the head shares tok.weight
     assert linear <= aliased, sorted(aliased)
-    for (k, p), (_, q) in zip(dev.named_parameters(), ref.named_parameters()):
-        _close(p.grad.cpu(), q.grad)
 
 
 def test_saved_query_key_value_are_views_of_one_projection():
@@ -207,16 +214,7 @@ def test_saved_query_key_value_are_views_of_one_projection():
     projection. It returns them as views of the projection, computed into a new tensor once,
     rather than as three copies every step (lower_graph.py, _computed_view); the gradients
     match eager."""
-    torch.manual_seed(0)
-    base = TinyGPT(vocab=32, dim=16, heads=2, layers=1, ctx=8)
-    x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
-    ref = copy.deepcopy(base)
-    ref(x, y)[1].backward()
-    dev = copy.deepcopy(base).to(DEV)
-    saved: list[torch.Tensor] = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        _, loss = torch.compile(dev, backend="tpu")(x.to(DEV), y.to(DEV))
-    loss.backward()
+    _, saved = _train_one_step_saving()
     heads = [t for t in saved if t.dim() == 4 and tuple(t.shape) == (2, 2, 8, 8)]  # [B, H, T, D]
     storages = {t.untyped_storage().data_ptr() for t in heads}
     offsets = sorted(t.storage_offset() for t in heads)
@@ -224,8 +222,6 @@ def test_saved_query_key_value_are_views_of_one_projection():
     # the projection's holding three slices D * H apart.
     assert len(heads) >= 3 and len(storages) < len(heads), [(t.stride(), t.storage_offset()) for t in heads]
     assert {0, 16, 32} <= set(offsets), offsets
-    for (k, p), (_, q) in zip(dev.named_parameters(), ref.named_parameters()):
-        _close(p.grad.cpu(), q.grad)
 
 
 def test_view_of_an_input_laid_out_otherwise_than_traced_has_the_traced_values():

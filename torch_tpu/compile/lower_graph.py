@@ -230,6 +230,41 @@ def _check_meta(name: str, node: fx.Node, got) -> None:
                 raise Unsupported(name, f"lowered to {g.dtype}{list(g.shape)}, traced {w.dtype}{list(w.shape)}")
 
 
+def _is_view_op(n: object) -> bool:
+    return isinstance(n, fx.Node) and n.op == "call_function" and \
+        isinstance(n.target, torch._ops.OpOverload) and n.target.is_view
+
+
+def _view_base(r: fx.Node, through_items: bool) -> object:
+    """The node a chain of ATen views ending at r starts from (r itself if r is no view);
+    through_items: also through the items of multi-result view ops (split, unbind)."""
+    n: object = r
+    while True:
+        if _is_view_op(n):
+            n = n.args[0]
+        elif through_items and isinstance(n, fx.Node) and n.op == "call_function" and \
+                n.target is operator.getitem and _is_view_op(n.args[0]):
+            n = n.args[0].args[0]
+        else:
+            return n
+
+
+def _view_geometry(r: fx.Node, n: fx.Node) -> list | None:
+    """[sizes, strides, offset from n's first element, n's sizes, n's strides] of traced view r
+    of traced tpu tensor n; None when either is not a tensor, the dtypes differ or a size is
+    symbolic (a graph traced with symbolic sizes keeps its copies)."""
+    out_val, base_val = r.meta.get("val"), n.meta.get("val")
+    if not (isinstance(out_val, torch.Tensor) and isinstance(base_val, torch.Tensor)) or \
+            out_val.dtype != base_val.dtype or base_val.device.type != "tpu":
+        return None
+    geometry = (*out_val.shape, *out_val.stride(), out_val.storage_offset(), base_val.storage_offset(),
+                *base_val.shape, *base_val.stride())
+    if any(isinstance(x, torch.SymInt) for x in geometry):
+        return None
+    return [list(out_val.shape), list(out_val.stride()), out_val.storage_offset() - base_val.storage_offset(),
+            list(base_val.shape), list(base_val.stride())]
+
+
 def _input_view(r: fx.Node, env: dict, param_input: dict[int, int], mutated: dict[int, Value]) -> tuple | None:
     """A ("v", ...) return when output r is a chain of ATen views of a tpu input, else None.
 
@@ -238,65 +273,34 @@ def _input_view(r: fx.Node, env: dict, param_input: dict[int, int], mutated: dic
     copy of the weights in memory, and alias the input as they do in eager mode. An input the
     graph mutates is excluded: the view must show the value before the mutation.
     """
-    n = r
-    while n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target.is_view:
-        n = n.args[0]
-        if not isinstance(n, fx.Node):
-            return None
-    base = env.get(n) if n is not r and n.op == "placeholder" else None
+    n = _view_base(r, through_items=False)
+    base = env.get(n) if n is not r and isinstance(n, fx.Node) and n.op == "placeholder" else None
     if not isinstance(base, Value) or base.id not in param_input or param_input[base.id] in mutated:
         return None
-    out_val, base_val = r.meta.get("val"), n.meta.get("val")
-    if not (isinstance(out_val, torch.Tensor) and isinstance(base_val, torch.Tensor)) or \
-            out_val.dtype != base_val.dtype or base_val.device.type != "tpu":
-        return None
-    geometry = (*out_val.shape, *out_val.stride(), out_val.storage_offset(), base_val.storage_offset(),
-                *base_val.shape, *base_val.stride())
-    if any(isinstance(x, torch.SymInt) for x in geometry):  # traced with symbolic sizes: keep the copy
-        return None
-    return ("v", param_input[base.id], list(out_val.shape), list(out_val.stride()),
-            out_val.storage_offset() - base_val.storage_offset(), list(base_val.shape), list(base_val.stride()))
+    geometry = _view_geometry(r, n)
+    return None if geometry is None else ("v", param_input[base.id], *geometry)
 
 
-def _computed_view(r: fx.Node, env: dict, param_input: dict[int, int]) -> tuple[Value, tuple] | None:
-    """(base value, ("w", -1, view geometry...)) when output r is a chain of ATen views of a
-    value the graph computes, also through the items of split-like view ops, else None.
+def _computed_view(r: fx.Node, env: dict, param_input: dict[int, int]) -> tuple[Value, list] | None:
+    """(base value, view geometry) when output r is a chain of ATen views of a value the graph
+    computes, also through the items of split-like view ops, else None.
 
     For saved activations: AOTAutograd saves q, k and v as transposed slices of one projection
     (``qkv.view(...).split(...)[i].view(...).transpose(1, 2)``); returned as new tensors they
     are copies (three per attention layer and step), while the projection computed straight into
     a new tensor and viewed three times costs nothing. The base must be traced contiguous (new
-    tensors are allocated so); the caller fills in the base's new-tensor index.
+    tensors are allocated so).
     """
-    def is_view_op(n: object) -> bool:
-        return isinstance(n, fx.Node) and n.op == "call_function" and \
-            isinstance(n.target, torch._ops.OpOverload) and n.target.is_view
-
-    n = r
-    while True:
-        if is_view_op(n):
-            n = n.args[0]
-        elif isinstance(n, fx.Node) and n.op == "call_function" and n.target is operator.getitem and \
-                is_view_op(n.args[0]):
-            n = n.args[0].args[0]
-        else:
-            break
+    n = _view_base(r, through_items=True)
     if n is r or not isinstance(n, fx.Node) or n.op != "call_function":
         return None
     base = env.get(n)
     if not isinstance(base, Value) or base.id in param_input:
         return None
-    out_val, base_val = r.meta.get("val"), n.meta.get("val")
-    if not (isinstance(out_val, torch.Tensor) and isinstance(base_val, torch.Tensor)) or \
-            out_val.dtype != base_val.dtype or base_val.device.type != "tpu":
+    geometry = _view_geometry(r, n)
+    if geometry is None or geometry[4] != _stride(tuple(geometry[3])):
         return None
-    geometry = (*out_val.shape, *out_val.stride(), out_val.storage_offset(), base_val.storage_offset(),
-                *base_val.shape, *base_val.stride())
-    if any(isinstance(x, torch.SymInt) for x in geometry) or list(base_val.stride()) != _stride(tuple(base_val.shape)):
-        return None
-    return base, ("w", -1, list(out_val.shape), list(out_val.stride()),
-                  out_val.storage_offset() - base_val.storage_offset(), list(base_val.shape),
-                  list(base_val.stride()))
+    return base, geometry
 
 
 # IR ops whose host kernels may return a view of their operand (or the operand itself): a value
@@ -373,8 +377,8 @@ def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int
                 continue
             saved = saved_start is not None and k >= saved_start
             if saved and (computed := _computed_view(r, env, param_input)) is not None:
-                base, spec = computed
-                returns.append((spec[0], new_index(base), *spec[2:]))
+                base, geometry = computed
+                returns.append(("w", new_index(base), *geometry))
                 continue
             returns.append(("n", new_index(v)))
         elif v is None or isinstance(v, (bool, int, float)):

@@ -251,6 +251,11 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   std::vector<int32_t> cluster_of(n, -1);  // index into `clusters`
   std::vector<std::shared_ptr<Cluster>> clusters;
   std::vector<bool> open;
+  auto open_cluster = [&](const std::vector<int64_t>& shape) {
+    clusters.push_back(std::make_shared<Cluster>(shape));
+    open.push_back(true);
+    return static_cast<int32_t>(clusters.size()) - 1;
+  };
   auto emit_kernel = [&](int32_t i) {
     step_of[i] = static_cast<int32_t>(steps_.size());
     auto concat = concat_shapes.find(i);
@@ -441,9 +446,7 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
       // A row reduce of a value no open cluster holds starts a row cluster of its own.
       close_reading(node, -1);
       if (is_output_[i]) close_for_output(i, -1);
-      const int32_t c = static_cast<int32_t>(clusters.size());
-      clusters.push_back(std::make_shared<Cluster>(graph.node(node.operands[0]).shape));
-      open.push_back(true);
+      const int32_t c = open_cluster(graph.node(node.operands[0]).shape);
       TPU_CHECK(clusters[c]->start_row(graph, i), "host runtime: cannot start a row cluster at %", i);
       cluster_of[i] = c;
       continue;
@@ -480,11 +483,7 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
         close(c);
         c = -1;
       }
-      if (c < 0) {
-        c = static_cast<int32_t>(clusters.size());
-        clusters.push_back(std::make_shared<Cluster>(node.shape));
-        open.push_back(true);
-      }
+      if (c < 0) c = open_cluster(node.shape);
       for (int32_t m : chain) {
         if (recomputed_in[m] == c) continue;
         close_reading(graph.node(m), c);  // its inputs computed first
@@ -505,11 +504,7 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
           close(c);
           c = -1;
         }
-        if (c < 0) {
-          c = static_cast<int32_t>(clusters.size());
-          clusters.push_back(std::make_shared<Cluster>(node.shape));
-          open.push_back(true);
-        }
+        if (c < 0) c = open_cluster(node.shape);
         clusters[c]->absorb(*clusters[oc]);
         for (int32_t m : clusters[oc]->members()) cluster_of[m] = c;
         open[oc] = false;
@@ -521,11 +516,7 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     close_reading(node, c);
     if (c >= 0 && clusters[c]->members().size() >= kMaxClusterNodes) close(c);
     if (c >= 0 && !open[c]) c = -1;
-    if (c < 0) {
-      c = static_cast<int32_t>(clusters.size());
-      clusters.push_back(std::make_shared<Cluster>(node.shape));
-      open.push_back(true);
-    }
+    if (c < 0) c = open_cluster(node.shape);
     if (is_output_[i]) close_for_output(i, c);
     clusters[c]->add(i);
     cluster_of[i] = c;
