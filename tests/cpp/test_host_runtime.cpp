@@ -191,6 +191,34 @@ TEST(HostRuntime, DotGeneralBatchedWithTransposedOperands) {
   EXPECT_EQ(ri8[0].item<int8_t>(), static_cast<int8_t>(300 - 256));
 }
 
+// A transposed convolution as the lowering builds it (nn_conv.py, _conv_transpose): over the
+// weight reshaped, transposed, reshaped and reversed. The host reads the weight as it is
+// (absorb_weight_flips, kernels.h): the chain's reshapes and transpose are no steps, and the
+// values are ATen's transposed convolution's.
+TEST(HostRuntime, TransposedConvolutionReadsItsWeightUnflipped) {
+  for (int64_t groups : {1, 2}) {
+    const int64_t n = 2, cin = 4, cout_g = 3, h = 5, stride = 2, pad = 1, outpad = 1;
+    const int64_t lo = 2 - pad, hi = lo + outpad, out = (h - 1) * stride - 2 * pad + 3 + outpad;
+    Program p;
+    int32_t x = p.param(0, DType::kF32, {n, cin, h, h});
+    int32_t w = p.param(1, DType::kF32, {cin, cout_g, 3, 3});
+    int32_t t1 = p.add(OpKind::kReshape, DType::kF32, {groups, cin / groups, cout_g, 3, 3}, {w});
+    int32_t t2 = p.add(OpKind::kTranspose, DType::kF32, {groups, cout_g, cin / groups, 3, 3}, {t1}, {0, 2, 1, 3, 4});
+    int32_t t3 = p.add(OpKind::kReshape, DType::kF32, {groups * cout_g, cin / groups, 3, 3}, {t2});
+    int32_t flipped = p.add(OpKind::kReverse, DType::kF32, {groups * cout_g, cin / groups, 3, 3}, {t3}, {2, 3});
+    int32_t y = p.add(OpKind::kConvolution, DType::kF32, {n, groups * cout_g, out, out}, {x, flipped},
+                      {2, 1, 1, lo, lo, hi, hi, stride, stride, 1, 1, groups});
+    ir::verify(p.g);
+    auto exe = host_runtime().compile(p.g, {y});
+    EXPECT_EQ(exe->stats().steps, 2) << exe->describe();  // the reverse (passing the weight on), the convolution
+    at::Tensor xv = at::randn({n, cin, h, h}), wv = at::randn({cin, cout_g, 3, 3});
+    at::Tensor got = at::empty({n, groups * cout_g, out, out});
+    exe->run({tensor_binding(xv), tensor_binding(wv)}, {{y, tensor_binding(got)}}, {});
+    at::Tensor want = at::conv_transpose2d(xv, wv, {}, stride, pad, outpad, groups);
+    EXPECT_TRUE(at::allclose(got, want, 1.3e-6, 1e-5)) << groups << " " << (got - want).abs().max().item<float>();
+  }
+}
+
 TEST(HostRuntime, GatherOutOfRangeRaisesIndexError) {
   Program p;
   int32_t x = p.param(0, DType::kF32, {3});

@@ -227,8 +227,10 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   // Each view node left is a step: collapse chains of them first, then let concatenates copy
   // their reshaped operands' sources (concat_reshapes.h). Node ids are kept.
   ConcatOperandShapes concat_shapes;
-  const ir::Graph graph =
-      absorb_concat_reshapes(ir::collapse_view_chains(input_graph, is_output_), is_output_, concat_shapes);
+  std::unordered_set<int32_t> unflipped;  // absorb_weight_flips (kernels.h)
+  const ir::Graph graph = absorb_weight_flips(
+      absorb_concat_reshapes(ir::collapse_view_chains(input_graph, is_output_), is_output_, concat_shapes), is_output_,
+      unflipped);
   // Liveness: walk backwards from the outputs; record each value's live readers.
   std::vector<bool> live = is_output_;
   std::vector<std::vector<int32_t>> readers(n);
@@ -259,11 +261,12 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   auto emit_kernel = [&](int32_t i) {
     step_of[i] = static_cast<int32_t>(steps_.size());
     auto concat = concat_shapes.find(i);
-    steps_.push_back(
-        {i,
-         concat != concat_shapes.end() ? make_concat_kernel(graph, i, concat->second) : make_kernel(graph, i),
-         nullptr,
-         {}});
+    steps_.push_back({i,
+                      concat != concat_shapes.end() ? make_concat_kernel(graph, i, concat->second)
+                      : unflipped.count(i)          ? make_unflipped_kernel(graph, i)
+                                                    : make_kernel(graph, i),
+                      nullptr,
+                      {}});
   };
   auto close = [&](int32_t c) {
     if (!open[c]) return;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,22 @@ Kernel make_contract_kernel(const ir::Graph& g, int32_t id);     // kernels_cont
 // Multiply-adds of a dot_general or convolution node (what its kernel splits by, divided by
 // kMultiplyAddsPerElement); 0 for other ops.
 int64_t contraction_macs(const ir::Graph& g, int32_t id);  // kernels_contract.cpp
+
+// Transposed convolutions that read their weight as it is (kernels_contract.cpp). The lowering
+// expresses a transposed convolution (a convolution's input gradient) as a convolution over
+// the weight reversed spatially with its in/out channels swapped per group (nn_conv.py,
+// _flip_weight: reshape, transpose, reshape, reverse); the host kernel runs ATen's transposed
+// convolution, which takes the weight un-flipped, so it flipped it back: three copies of the
+// weight per call. absorb_weight_flips points the reverse node of such a chain straight at the
+// weight (node ids and node shapes kept: the convolution's sizes still come from the reverse
+// node; the reshapes and transpose between lose their only reader and their steps) and adds
+// the reverse and convolution nodes it rewrote to `rewritten`, whose kernels come from
+// make_unflipped_kernel: the reverse passes the weight on, the convolution uses it as is.
+// Only chains read by nothing else, in convolutions that take the transposed form, and no
+// outputs (`keep`).
+ir::Graph absorb_weight_flips(const ir::Graph& graph, const std::vector<bool>& keep,
+                              std::unordered_set<int32_t>& rewritten);
+Kernel make_unflipped_kernel(const ir::Graph& g, int32_t id);
 
 // Small shared helpers.
 inline std::vector<int64_t> attr_slice(const ir::Node& n, size_t from, size_t count) {

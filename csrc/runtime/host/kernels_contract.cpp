@@ -303,7 +303,9 @@ int64_t dot_general_macs(const ir::Graph& g, const ir::Node& n) {
   return c10::multiply_integers(n.shape) * k;
 }
 
-Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
+// unflipped: the rhs value is the weight before the lowering's flip (absorb_weight_flips); the
+// node shapes are still the flipped ones.
+Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n, bool unflipped = false) {
   const int32_t l = n.operands[0], r = n.operands[1];
   const ir::Node &ln = g.node(l), &rn = g.node(r);
   const size_t k = n.iattrs.at(0);
@@ -337,7 +339,7 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
     }
     return [=](const Values& v, at::Tensor* out) {
       auto [t, w] = operands(v);
-      at::Tensor wt = at::flip(w, flip_dims).reshape(grouped).transpose(1, 2).reshape(swapped);
+      at::Tensor wt = unflipped ? w : at::flip(w, flip_dims).reshape(grouped).transpose(1, 2).reshape(swapped);
       // Images of the batch are independent: split by batch, blocks gathered in the layout
       // oneDNN returns them in (its input's).
       auto images = [&](int64_t lo, int64_t hi) {
@@ -443,6 +445,87 @@ Kernel convolution_kernel(const ir::Graph& g, const ir::Node& n) {
 }
 
 }  // namespace
+
+namespace {
+
+// Whether reverse node r is _flip_weight's chain over a weight for convolution n in the
+// transposed form, each link read only by the next and no output: the weight's node, or -1.
+int32_t flipped_weight(const ir::Graph& g, const ir::Node& n, int32_t r, const std::vector<int32_t>& readers,
+                       const std::vector<bool>& keep) {
+  auto sole = [&](int32_t id, OpKind kind) {
+    return g.node(id).kind == kind && readers[static_cast<size_t>(id)] == 1 &&
+           !(static_cast<size_t>(id) < keep.size() && keep[static_cast<size_t>(id)]);
+  };
+  const size_t k = n.iattrs.at(0);
+  const int64_t groups = n.iattrs.back();
+  const ir::Node& rn = g.node(r);
+  std::vector<int64_t> spatial_dims, swap_perm = {0, 2, 1};
+  for (size_t d = 0; d < k; ++d) {
+    spatial_dims.push_back(static_cast<int64_t>(2 + d));
+    swap_perm.push_back(static_cast<int64_t>(3 + d));
+  }
+  if (!sole(r, OpKind::kReverse) || rn.iattrs != spatial_dims || rn.rank() != static_cast<int64_t>(k) + 2 ||
+      groups <= 0 || rn.shape[0] % groups != 0) {
+    return -1;
+  }
+  const std::vector<int64_t> kernel(rn.shape.begin() + 2, rn.shape.end());
+  if (!transposed_form(kernel, attr_slice(n, 1, k), attr_slice(n, 1 + k, k), attr_slice(n, 1 + 2 * k, k),
+                       attr_slice(n, 1 + 3 * k, k), attr_slice(n, 1 + 4 * k, k))) {
+    return -1;
+  }
+  const int64_t cg = rn.shape[0] / groups, ci = rn.shape[1];
+  auto with_kernel = [&](std::vector<int64_t> lead) {
+    lead.insert(lead.end(), kernel.begin(), kernel.end());
+    return lead;
+  };
+  const int32_t a = rn.operands[0];
+  if (!sole(a, OpKind::kReshape)) return -1;
+  const int32_t b = g.node(a).operands[0];
+  if (!sole(b, OpKind::kTranspose) || g.node(b).iattrs != swap_perm) return -1;
+  const int32_t c = g.node(b).operands[0];
+  if (!sole(c, OpKind::kReshape) || g.node(c).shape != with_kernel({groups, ci, cg})) return -1;
+  const int32_t w = g.node(c).operands[0];
+  const ir::Node& wn = g.node(w);
+  if (wn.shape != with_kernel({groups * ci, cg}) || wn.dtype != rn.dtype) return -1;
+  return w;
+}
+
+}  // namespace
+
+ir::Graph absorb_weight_flips(const ir::Graph& graph, const std::vector<bool>& keep,
+                              std::unordered_set<int32_t>& rewritten) {
+  std::vector<int32_t> readers(static_cast<size_t>(graph.size()), 0);
+  for (const ir::Node& node : graph.nodes()) {
+    for (int32_t o : node.operands) readers[static_cast<size_t>(o)]++;
+  }
+  std::vector<int32_t> weight_of(static_cast<size_t>(graph.size()), -1);  // per reverse node
+  for (int32_t i = 0; i < graph.size(); ++i) {
+    const ir::Node& n = graph.node(i);
+    if (n.kind != OpKind::kConvolution) continue;
+    const int32_t r = n.operands[1];
+    const int32_t w = flipped_weight(graph, n, r, readers, keep);
+    if (w < 0) continue;
+    weight_of[static_cast<size_t>(r)] = w;
+    rewritten.insert(r);
+    rewritten.insert(i);
+  }
+  if (rewritten.empty()) return graph;
+  ir::Graph out;
+  out.reserve(static_cast<size_t>(graph.size()));
+  for (int32_t i = 0; i < graph.size(); ++i) {
+    ir::Node node = graph.node(i);
+    if (weight_of[static_cast<size_t>(i)] >= 0) node.operands = {weight_of[static_cast<size_t>(i)]};
+    out.add(std::move(node));
+  }
+  return out;
+}
+
+Kernel make_unflipped_kernel(const ir::Graph& g, int32_t id) {
+  const ir::Node& n = g.node(id);
+  if (n.kind == OpKind::kConvolution) return convolution_kernel(g, n, /*unflipped=*/true);
+  const int32_t w = n.operands.at(0);
+  return [w](const Values& v, at::Tensor*) { return v[w]; };  // the reverse: the weight itself
+}
 
 Kernel make_contract_kernel(const ir::Graph& g, int32_t id) {
   const ir::Node& n = g.node(id);
