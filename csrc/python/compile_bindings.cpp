@@ -366,9 +366,11 @@ class CompiledGraph {
       case GraphReturn::Kind::New: r.kind = compiler::ReturnSpec::Kind::New; break;
       case GraphReturn::Kind::Input: r.kind = compiler::ReturnSpec::Kind::Binding; break;
       case GraphReturn::Kind::InputView:
+        r.kind = compiler::ReturnSpec::Kind::View;
+        r.view = g.view;
+        break;
       case GraphReturn::Kind::NewView:
-        r.kind = g.kind == GraphReturn::Kind::NewView ? compiler::ReturnSpec::Kind::NewView
-                                                      : compiler::ReturnSpec::Kind::View;
+        r.kind = compiler::ReturnSpec::Kind::NewView;
         r.view = g.view;
         break;
       case GraphReturn::Kind::Constant:

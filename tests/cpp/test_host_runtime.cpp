@@ -144,6 +144,22 @@ TEST(HostRuntime, EachRunReadsItsOwnBindings) {
     exe->run({tensor_binding(xv), scalar}, {{m, tensor_binding(out)}}, {});
     expect_equal(out, xv.t() * static_cast<float>(k + 0.5));
   }
+  // Integer scalars are rewritten in their pooled tensors too.
+  Program q;
+  int32_t i = q.param(0, DType::kI64, {4});
+  int32_t n = q.param(1, DType::kI64, {});
+  int32_t sum = q.add(OpKind::kAdd, DType::kI64, {4}, {i, q.add(OpKind::kBroadcastInDim, DType::kI64, {4}, {n}, {})});
+  auto iexe = host_runtime().compile(q.g, {sum});
+  for (int64_t k = 0; k < 4; ++k) {
+    at::Tensor iv = at::arange(4, at::kLong) * (k + 1);
+    Binding scalar;
+    scalar.kind = Binding::Kind::Scalar;
+    scalar.dtype = at::kLong;
+    scalar.i = 100 * k - 7;
+    at::Tensor out = at::empty({4}, at::kLong);
+    iexe->run({tensor_binding(iv), scalar}, {{sum, tensor_binding(out)}}, {});
+    expect_equal(out, iv + (100 * k - 7));
+  }
 }
 
 TEST(HostRuntime, Reductions) {

@@ -8,10 +8,7 @@ namespace torch_tpu::runtime::host {
 
 ir::Graph absorb_concat_reshapes(const ir::Graph& graph, const std::vector<bool>& keep, ConcatOperandShapes& shapes) {
   const auto n = static_cast<size_t>(graph.size());
-  std::vector<int32_t> readers(n, 0);
-  for (const ir::Node& node : graph.nodes()) {
-    for (int32_t o : node.operands) readers[static_cast<size_t>(o)]++;
-  }
+  const std::vector<int32_t> readers = reader_counts(graph);
   ir::Graph out;
   out.reserve(n);
   for (int32_t i = 0; i < graph.size(); ++i) {

@@ -56,31 +56,16 @@ class RecycledTensors {
   }
   at::Tensor scalar(const Binding& b) {
     const c10::Scalar value = at::isFloatingType(b.dtype) ? c10::Scalar(b.d) : c10::Scalar(b.i);
-    bool writable = false;  // the dtypes the dispatch below covers
-    switch (b.dtype) {
-      case at::kByte:
-      case at::kChar:
-      case at::kShort:
-      case at::kInt:
-      case at::kLong:
-      case at::kBool:
-      case at::kFloat:
-      case at::kDouble:
-      case at::kHalf:
-      case at::kBFloat16:
-        writable = true;
-        break;
-      default:
-        break;
-    }
+    const bool writable = rewritable(b.dtype);
     if (at::Tensor* t = writable ? free_one(scalars_[slot(b.dtype)]) : nullptr) {
       AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, b.dtype, "host scalar binding",
                                  [&] { *t->mutable_data_ptr<scalar_t>() = value.to<scalar_t>(); });
       return *t;
     }
     // ATen's own non-dispatching path for CPU scalars (at::scalar_tensor is a dispatched
-    // empty + fill_, ~1 us).
-    return keep(scalars_[slot(b.dtype)], at::detail::scalar_tensor_static(value, b.dtype, at::kCPU));
+    // empty + fill_, ~1 us). A dtype never rewritten is not pooled either.
+    at::Tensor fresh = at::detail::scalar_tensor_static(value, b.dtype, at::kCPU);
+    return writable ? keep(scalars_[slot(b.dtype)], std::move(fresh)) : fresh;
   }
 
  private:
@@ -92,6 +77,14 @@ class RecycledTensors {
   static constexpr size_t kMaxPooled = 4096;  // per dtype
   static constexpr size_t kDtypes = 64;       // > every ScalarType a binding may have
   static size_t slot(c10::ScalarType t) { return static_cast<size_t>(t) % kDtypes; }
+  // The dtypes scalar() writes in place (those AT_DISPATCH_ALL_TYPES_AND3 covers).
+  static bool rewritable(c10::ScalarType t) {
+    for (c10::ScalarType d : {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kBool, at::kFloat, at::kDouble,
+                              at::kHalf, at::kBFloat16}) {
+      if (t == d) return true;
+    }
+    return false;
+  }
   at::Tensor* free_one(Pool& pool) {
     const size_t n = pool.tensors.size();
     for (size_t k = 0; k < std::min(n, kProbes); ++k) {
@@ -479,10 +472,9 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
         }
       }
       std::sort(chain.begin(), chain.end());
-      auto missing = [&] {
-        return std::count_if(chain.begin(), chain.end(), [&](int32_t m) { return c < 0 || recomputed_in[m] != c; });
-      };
-      if (c >= 0 && clusters[c]->members().size() + missing() + 1 > kMaxClusterNodes) {
+      const auto missing =
+          std::count_if(chain.begin(), chain.end(), [&](int32_t m) { return c < 0 || recomputed_in[m] != c; });
+      if (c >= 0 && clusters[c]->members().size() + static_cast<size_t>(missing) + 1 > kMaxClusterNodes) {
         close(c);
         c = -1;
       }

@@ -73,6 +73,15 @@ inline std::vector<int64_t> attr_slice(const ir::Node& n, size_t from, size_t co
   return {n.iattrs.begin() + from, n.iattrs.begin() + from + count};
 }
 
+// Per node, how many operand slots read it (host graph rewrites absorb a node read only once).
+inline std::vector<int32_t> reader_counts(const ir::Graph& g) {
+  std::vector<int32_t> readers(static_cast<size_t>(g.size()), 0);
+  for (const ir::Node& node : g.nodes()) {
+    for (int32_t o : node.operands) readers[static_cast<size_t>(o)]++;
+  }
+  return readers;
+}
+
 // [first, last] byte addresses a non-empty strided region can touch (strides in elements, of
 // either sign): overlap tests between bindings (executor) and cluster operands (fusion).
 inline std::pair<uintptr_t, uintptr_t> byte_extent(const void* base, c10::IntArrayRef sizes, c10::IntArrayRef strides,

@@ -494,10 +494,7 @@ int32_t flipped_weight(const ir::Graph& g, const ir::Node& n, int32_t r, const s
 
 ir::Graph absorb_weight_flips(const ir::Graph& graph, const std::vector<bool>& keep,
                               std::unordered_set<int32_t>& rewritten) {
-  std::vector<int32_t> readers(static_cast<size_t>(graph.size()), 0);
-  for (const ir::Node& node : graph.nodes()) {
-    for (int32_t o : node.operands) readers[static_cast<size_t>(o)]++;
-  }
+  const std::vector<int32_t> readers = reader_counts(graph);
   std::vector<int32_t> weight_of(static_cast<size_t>(graph.size()), -1);  // per reverse node
   for (int32_t i = 0; i < graph.size(); ++i) {
     const ir::Node& n = graph.node(i);
