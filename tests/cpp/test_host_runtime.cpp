@@ -235,6 +235,57 @@ TEST(HostRuntime, TransposedConvolutionReadsItsWeightUnflipped) {
   }
 }
 
+// A linear layer as the lowering builds it: add(dot_general(x, w), broadcast_in_dim(bias)). The
+// host adds the bias inside the product's kernel (absorb_bias_adds, kernels.h): one step, the
+// values of ATen's addmm. Covered: a plain and a batched product, the add's operands either way
+// round, a bias along another dim and a float64 product (added after the product), and a
+// product that is itself an output (not rewritten: product, then the add).
+TEST(HostRuntime, LinearBiasIsAddedByTheProduct) {
+  struct Case {
+    std::vector<int64_t> x, w, out, dot_attrs;
+    int64_t bias_dim;
+    DType dtype;
+    bool swap, product_is_output;
+  };
+  const std::vector<Case> cases = {
+      {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, 1, DType::kF32, false, false},
+      {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, 1, DType::kF32, true, false},
+      {{2, 5, 7}, {2, 7, 6}, {2, 5, 6}, {1, 0, 0, 1, 2, 1}, 2, DType::kF32, false, false},
+      {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, 0, DType::kF32, false, false},
+      {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, 1, DType::kF64, false, false},
+      {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, 1, DType::kF32, false, true},
+  };
+  for (const Case& c : cases) {
+    const int64_t rank = static_cast<int64_t>(c.out.size());
+    Program p;
+    int32_t x = p.param(0, c.dtype, c.x);
+    int32_t w = p.param(1, c.dtype, c.w);
+    int32_t b = p.param(2, c.dtype, {c.out[static_cast<size_t>(c.bias_dim)]});
+    int32_t prod = p.add(OpKind::kDotGeneral, c.dtype, c.out, {x, w}, c.dot_attrs);
+    int32_t bb = p.add(OpKind::kBroadcastInDim, c.dtype, c.out, {b}, {c.bias_dim});
+    int32_t y =
+        p.add(OpKind::kAdd, c.dtype, c.out, c.swap ? std::vector<int32_t>{bb, prod} : std::vector<int32_t>{prod, bb});
+    ir::verify(p.g);
+    std::vector<int32_t> outputs = {y};
+    if (c.product_is_output) outputs.push_back(prod);
+    auto exe = host_runtime().compile(p.g, outputs);
+    EXPECT_EQ(exe->stats().steps, c.product_is_output ? 2 : 1) << exe->describe();
+    const auto dtype = static_cast<at::ScalarType>(c.dtype);
+    at::Tensor xv = at::randn(c.x, dtype), wv = at::randn(c.w, dtype), bv = at::randn({c.out[c.bias_dim]}, dtype);
+    at::Tensor got = at::empty(c.out, dtype), got_prod = at::empty(c.out, dtype);
+    std::vector<OutputTarget> targets = {{y, tensor_binding(got)}};
+    if (c.product_is_output) targets.push_back({prod, tensor_binding(got_prod)});
+    exe->run({tensor_binding(xv), tensor_binding(wv), tensor_binding(bv)}, targets, {});
+    std::vector<int64_t> bias_view(static_cast<size_t>(rank), 1);
+    bias_view[static_cast<size_t>(c.bias_dim)] = c.out[static_cast<size_t>(c.bias_dim)];
+    at::Tensor want = at::matmul(xv, wv) + bv.view(bias_view);
+    EXPECT_TRUE(at::allclose(got, want, 1.3e-6, 1e-5)) << (got - want).abs().max().item<double>();
+    if (c.product_is_output) {
+      EXPECT_TRUE(at::allclose(got_prod, at::matmul(xv, wv), 1.3e-6, 1e-5));
+    }
+  }
+}
+
 TEST(HostRuntime, GatherOutOfRangeRaisesIndexError) {
   Program p;
   int32_t x = p.param(0, DType::kF32, {3});

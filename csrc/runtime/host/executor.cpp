@@ -221,9 +221,12 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   // their reshaped operands' sources (concat_reshapes.h). Node ids are kept.
   ConcatOperandShapes concat_shapes;
   std::unordered_set<int32_t> unflipped;  // absorb_weight_flips (kernels.h)
-  const ir::Graph graph = absorb_weight_flips(
-      absorb_concat_reshapes(ir::collapse_view_chains(input_graph, is_output_), is_output_, concat_shapes), is_output_,
-      unflipped);
+  BiasDims biased;                        // absorb_bias_adds (kernels.h)
+  const ir::Graph graph = absorb_bias_adds(
+      absorb_weight_flips(
+          absorb_concat_reshapes(ir::collapse_view_chains(input_graph, is_output_), is_output_, concat_shapes),
+          is_output_, unflipped),
+      is_output_, biased);
   // Liveness: walk backwards from the outputs; record each value's live readers.
   std::vector<bool> live = is_output_;
   std::vector<std::vector<int32_t>> readers(n);
@@ -254,9 +257,11 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   auto emit_kernel = [&](int32_t i) {
     step_of[i] = static_cast<int32_t>(steps_.size());
     auto concat = concat_shapes.find(i);
+    auto bias = biased.find(i);
     steps_.push_back({i,
                       concat != concat_shapes.end() ? make_concat_kernel(graph, i, concat->second)
                       : unflipped.count(i)          ? make_unflipped_kernel(graph, i)
+                      : bias != biased.end()        ? make_biased_dot_kernel(graph, i, bias->second)
                                                     : make_kernel(graph, i),
                       nullptr,
                       {}});
@@ -847,7 +852,9 @@ class HostExecutable::SharedRun final : public HelpOffer {
       OfferScope offer(OfferScope::kProgramSteps, this);
       while (!failed_.load(std::memory_order_relaxed) && first_free() < n_) {
         if (const int32_t i = claim_ready(/*worker=*/true); i >= 0) {
+          worker_running_.store(true, std::memory_order_relaxed);
           execute(i);
+          worker_running_.store(false, std::memory_order_relaxed);
         } else {
           cpu_relax();  // the next steps wait for one the waiting thread runs
         }
@@ -875,14 +882,22 @@ class HostExecutable::SharedRun final : public HelpOffer {
   }
   // Claims the earliest ready step within kLookahead of the earliest free one; -1 if none.
   // The waiting thread leaves large steps to the worker, which splits them with its help (run
-  // there, such a step would take the single thread a part gets).
+  // there, such a step would take the single thread a part gets), and, while the worker is
+  // between steps, the earliest ready step too: the worker is about to take it, and splits it
+  // if it is mid-sized. Taken by the waiting thread, the next step of a chain (most of an
+  // inference or forward pass) ran on one thread while the worker spun waiting for it.
   int32_t claim_ready(bool worker) {
     const int32_t from = first_free(), to = std::min(n_, from + kLookahead);
+    bool leave = !worker && !worker_running_.load(std::memory_order_relaxed);
     for (int32_t i = from; i < to && !failed_.load(std::memory_order_relaxed); ++i) {
-      if (state_[i].load(std::memory_order_relaxed) == kFree && (worker || exe_.helper_may_run_[i]) && ready(i) &&
-          claim(i)) {
-        return i;
+      if (state_[i].load(std::memory_order_relaxed) != kFree || !(worker || exe_.helper_may_run_[i]) || !ready(i)) {
+        continue;
       }
+      if (leave) {
+        leave = false;
+        continue;
+      }
+      if (claim(i)) return i;
     }
     return -1;
   }
@@ -933,6 +948,7 @@ class HostExecutable::SharedRun final : public HelpOffer {
   std::atomic<int32_t> low_{0};       // no step before it is free (a hint, see first_free)
   std::atomic<int32_t> low_done_{0};  // every step before it has finished (a hint, see ready)
   std::atomic<bool> failed_{false};
+  std::atomic<bool> worker_running_{false};  // the worker is inside a step (see claim_ready)
   std::mutex error_mu_;
   std::exception_ptr error_;
   int32_t failed_node_ = -1;

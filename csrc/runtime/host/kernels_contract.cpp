@@ -135,12 +135,26 @@ bool batched_sgemm_in_place(const at::Tensor& res, const at::Tensor& lhs, const 
   return true;
 }
 
+// Adds bias [n] to each of `rows` rows of n floats at out. Groups of 8 with restrict pointers
+// vectorize at -O2 (whose cost model leaves loops of unknown trip count scalar).
+void add_row_bias(float* __restrict out, const float* __restrict bias, int64_t rows, int64_t n) {
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t i = 0; i < rows; ++i, out += n) {
+    for (int64_t j = 0; j < n8; j += 8) {
+      for (int k = 0; k < 8; ++k) out[j + k] += bias[j + k];
+    }
+    for (int64_t j = n8; j < n; ++j) out[j] += bias[j];
+  }
+}
+
 // res [B, M, N] (contiguous) = lhs [B, M, K] @ rhs [B, K, N]. A large product is split across
 // the kernel threads (kernel_threads.h) by batch, or by rows of a single matrix: each part is an
 // ordinary BLAS call on a block of rows (the same dot products; MKL gave equal bits either way
 // for the shapes we checked, but nothing promises it).
 // Plain matrix products go to mm (strided operands straight to BLAS), which beats a batch of one.
-void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor& rhs) {
+// row_bias (float [N], or null): added to every row of each block right after its product,
+// while the block is still in cache (a bias epilogue, absorb_bias_adds; res is then float).
+void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor& rhs, const float* row_bias = nullptr) {
   const int64_t B = res.size(0), M = res.size(1), N = res.size(2), K = lhs.size(2);
   if (B == 0) return;  // no matrices (rows below would count M of them)
   const int64_t rows = B > 1 ? B : M;
@@ -152,6 +166,10 @@ void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor&
     } else {
       at::Tensor r3 = res.narrow(0, lo, hi - lo);
       at::bmm_out(r3, lhs.narrow(0, lo, hi - lo), rhs.narrow(0, lo, hi - lo));
+    }
+    if (row_bias != nullptr) {
+      const int64_t row_lo = B > 1 ? lo * M : lo, row_hi = B > 1 ? hi * M : hi;
+      add_row_bias(res.mutable_data_ptr<float>() + row_lo * N, row_bias, row_hi - row_lo, N);
     }
   };
   if (parts <= 1) return block(0, rows);
@@ -176,8 +194,15 @@ at::Tensor split_rows(const std::vector<int64_t>& shape, const at::TensorOptions
   return y;
 }
 
-Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n) {
+// bias_dims: the node's third operand is a bias broadcast along these dims into the result
+// (absorb_bias_adds); null for a plain product.
+Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vector<int64_t>* bias_dims = nullptr) {
   const int32_t l = n.operands[0], r = n.operands[1];
+  const int32_t bias = bias_dims ? n.operands.at(2) : -1;
+  std::vector<int64_t> bias_view(n.shape.size(), 1);  // the bias's shape with the result's rank
+  if (bias_dims) {
+    for (size_t k = 0; k < bias_dims->size(); ++k) bias_view[(*bias_dims)[k]] = g.node(bias).shape[k];
+  }
   const ir::Node &ln = g.node(l), &rn = g.node(r);
   const auto& a = n.iattrs;
   size_t nb = a[0], nc = a[1 + 2 * nb];
@@ -209,6 +234,10 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n) {
   rperm.insert(rperm.end(), rf.begin(), rf.end());
   const std::vector<int64_t> shape = n.shape;
   const at::ScalarType dtype = to_aten(n.dtype);
+  // A float bias along the last dim, which is N (one rhs free dim): added row by row after
+  // each block's product.
+  const bool row_bias = bias >= 0 && n.dtype == ir::DType::kF32 && rf.size() == 1 &&
+                        *bias_dims == std::vector<int64_t>{static_cast<int64_t>(shape.size()) - 1};
   const bool integer = !ir::is_float(n.dtype);
   // One free and one contracting dim per side, under batch dims: matrices read in place.
   const bool batched = nb > 0 && lf.size() == 1 && rf.size() == 1 && nc == 1;
@@ -224,10 +253,17 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n) {
     const bool transposed_out = out && B == 1 && out->dim() == 2 && out->stride(0) == 1 && out->stride(1) == M;
     const bool direct = out && (out->is_contiguous() || transposed_out) && out->scalar_type() == v[l].scalar_type();
     at::Tensor result = direct ? *out : at::empty(shape, v[l].options());
-    if (batched && batched_sgemm_in_place(result.view({B, M, N}), v[l].permute(lperm), v[r].permute(rperm))) {
+    if (row_bias && result.is_contiguous()) {
+      const at::Tensor b = v[bias].contiguous();
+      matmul_into(result.view({B, M, N}), v[l].permute(lperm).reshape({B, M, K}),
+                  v[r].permute(rperm).reshape({B, K, N}), b.const_data_ptr<float>());
       return result;
     }
-    matmul_into(result.view({B, M, N}), v[l].permute(lperm).reshape({B, M, K}), v[r].permute(rperm).reshape({B, K, N}));
+    if (!batched || !batched_sgemm_in_place(result.view({B, M, N}), v[l].permute(lperm), v[r].permute(rperm))) {
+      matmul_into(result.view({B, M, N}), v[l].permute(lperm).reshape({B, M, K}),
+                  v[r].permute(rperm).reshape({B, K, N}));
+    }
+    if (bias >= 0) result.add_(v[bias].reshape(bias_view).expand(shape));
     return result;
   };
 }
@@ -522,6 +558,48 @@ Kernel make_unflipped_kernel(const ir::Graph& g, int32_t id) {
   if (n.kind == OpKind::kConvolution) return convolution_kernel(g, n, /*unflipped=*/true);
   const int32_t w = n.operands.at(0);
   return [w](const Values& v, at::Tensor*) { return v[w]; };  // the reverse: the weight itself
+}
+
+ir::Graph absorb_bias_adds(const ir::Graph& graph, const std::vector<bool>& keep, BiasDims& bias_dims) {
+  const std::vector<int32_t> readers = reader_counts(graph);
+  std::vector<std::pair<int32_t, int32_t>> rewrite;  // (add node, its product operand), in node order
+  for (int32_t i = 0; i < graph.size(); ++i) {
+    const ir::Node& n = graph.node(i);
+    if (n.kind != OpKind::kAdd || !ir::is_float(n.dtype)) continue;
+    for (size_t side = 0; side < 2; ++side) {
+      const int32_t d = n.operands[side], e = n.operands[1 - side];
+      const ir::Node &dn = graph.node(d), &en = graph.node(e);
+      const bool product = dn.kind == OpKind::kDotGeneral && dn.operands.size() == 2 && readers[d] == 1 && !keep[d] &&
+                           dn.dtype == n.dtype && graph.node(dn.operands[0]).dtype == n.dtype;
+      const bool bias = en.kind == OpKind::kBroadcastInDim && graph.node(en.operands[0]).dtype == n.dtype &&
+                        std::is_sorted(en.iattrs.begin(), en.iattrs.end(), std::less_equal<>());  // increasing
+      if (product && bias) {
+        rewrite.emplace_back(i, d);
+        bias_dims[i] = en.iattrs;
+        break;
+      }
+    }
+  }
+  if (rewrite.empty()) return graph;
+  ir::Graph out;
+  out.reserve(static_cast<size_t>(graph.size()));
+  auto next = rewrite.begin();
+  for (int32_t i = 0; i < graph.size(); ++i) {
+    if (next == rewrite.end() || next->first != i) {
+      out.add(graph.node(i));
+      continue;
+    }
+    const ir::Node& add = graph.node(i);
+    const int32_t d = next++->second;
+    ir::Node node = graph.node(d);  // the product, at the add's place, reading the bias too
+    node.operands.push_back(graph.node(add.operands[add.operands[0] == d ? 1 : 0]).operands[0]);
+    out.add(std::move(node));
+  }
+  return out;
+}
+
+Kernel make_biased_dot_kernel(const ir::Graph& g, int32_t id, const std::vector<int64_t>& bias_dims) {
+  return dot_general_kernel(g, g.node(id), &bias_dims);
 }
 
 Kernel make_contract_kernel(const ir::Graph& g, int32_t id) {
