@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "graph_helpers.h"
 #include "host_helpers.h"
 #include "ir/verifier.h"
@@ -283,6 +285,42 @@ TEST(HostRuntime, LinearBiasIsAddedByTheProduct) {
     if (c.product_is_output) {
       EXPECT_TRUE(at::allclose(got_prod, at::matmul(xv, wv), 1.3e-6, 1e-5));
     }
+  }
+}
+
+// Float products without batch dims go to BLAS on the operands in place (float_matmul in
+// kernels_contract.cpp): either operand transposed, free dims merged, a destination written
+// transposed, no contracted elements; operands whose free dims do not merge take ATen's path.
+// Values equal ATen's products of the same operands.
+TEST(HostRuntime, FloatProductsReadTheirOperandsInPlace) {
+  struct Case {
+    std::vector<int64_t> lhs, rhs, out, attrs;
+    std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> want;
+    bool transposed_dest = false;
+  };
+  const std::vector<Case> cases = {
+      {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, [](auto& a, auto& b) { return a.mm(b); }},
+      {{7, 5}, {7, 6}, {5, 6}, {0, 1, 0, 0}, [](auto& a, auto& b) { return a.t().mm(b); }},
+      {{5, 7}, {6, 7}, {5, 6}, {0, 1, 1, 1}, [](auto& a, auto& b) { return a.mm(b.t()); }},
+      {{2, 3, 7}, {7, 6}, {2, 3, 6}, {0, 1, 2, 0}, [](auto& a, auto& b) { return at::matmul(a, b); }},
+      {{7, 2, 3}, {7, 6}, {2, 3, 6}, {0, 1, 0, 0}, [](auto& a, auto& b) { return at::tensordot(a, b, {0}, {0}); }},
+      {{2, 7, 3}, {7, 6}, {2, 3, 6}, {0, 1, 1, 0}, [](auto& a, auto& b) { return at::tensordot(a, b, {1}, {0}); }},
+      {{5, 0}, {0, 6}, {5, 6}, {0, 1, 1, 0}, [](auto& a, auto& b) { return a.mm(b); }},
+      {{7, 5}, {7, 6}, {5, 6}, {0, 1, 0, 0}, [](auto& a, auto& b) { return a.t().mm(b); }, true},
+  };
+  for (const Case& c : cases) {
+    Program p;
+    int32_t x = p.param(0, DType::kF32, c.lhs);
+    int32_t w = p.param(1, DType::kF32, c.rhs);
+    int32_t y = p.add(OpKind::kDotGeneral, DType::kF32, c.out, {x, w}, c.attrs);
+    ir::verify(p.g);
+    auto exe = host_runtime().compile(p.g, {y});
+    at::Tensor xv = at::randn(c.lhs), wv = at::randn(c.rhs);
+    at::Tensor got = c.transposed_dest ? at::empty({c.out[1], c.out[0]}).t() : at::empty(c.out);
+    exe->run({tensor_binding(xv), tensor_binding(wv)}, {{y, tensor_binding(got)}}, {});
+    const at::Tensor want = c.want(xv, wv);
+    EXPECT_TRUE(at::allclose(got, want, 1.3e-6, 1e-5))
+        << c.lhs << " " << c.attrs << " " << (got - want).abs().max().item<float>();
   }
 }
 

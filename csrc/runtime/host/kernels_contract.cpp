@@ -147,6 +147,76 @@ void add_row_bias(float* __restrict out, const float* __restrict bias, int64_t r
   }
 }
 
+// A float matrix in place for BLAS: element (i, j) at data + i * row_stride + j * col_stride,
+// one of the strides a unit one (blas_layout's trans and ld).
+struct FloatMatrix {
+  const float* data;
+  int64_t rows, cols, row_stride, col_stride;
+  int trans, ld;
+  FloatMatrix transposed() const {
+    FloatMatrix t{data, cols, rows, col_stride, row_stride, 0, 0};
+    blas_layout(t.rows, t.cols, t.row_stride, t.col_stride, &t.trans, &t.ld);
+    return t;
+  }
+};
+
+// x (float) permuted by perm, its first `split` dims merged into rows and the rest into columns,
+// as a matrix read in place; false where a group's dims do not merge into one stride (the
+// product then reshapes through ATen, which copies) or neither stride is a unit one.
+bool float_matrix(const at::Tensor& x, const std::vector<int64_t>& perm, size_t split, FloatMatrix& m) {
+  int64_t size[2] = {1, 1}, stride[2] = {1, 1};
+  for (int group = 0; group < 2; ++group) {
+    const size_t lo = group == 0 ? 0 : split, hi = group == 0 ? split : perm.size();
+    bool first = true;
+    int64_t expect = 0;
+    for (size_t i = hi; i-- > lo;) {  // innermost dim first
+      const int64_t sz = x.size(perm[i]), st = x.stride(perm[i]);
+      if (sz == 1) continue;
+      if (first) {
+        stride[group] = st;
+        first = false;
+      } else if (st != expect) {
+        return false;
+      }
+      expect = st * sz;
+      size[group] *= sz;
+    }
+  }
+  m = {x.const_data_ptr<float>(), size[0], size[1], stride[0], stride[1], 0, 0};
+  return blas_layout(m.rows, m.cols, m.row_stride, m.col_stride, &m.trans, &m.ld);
+}
+
+// c [a.rows, b.cols] (row-major, leading dimension ldc) = a @ b, through MKL without ATen's
+// dispatch (in a program's run an ATen mm_out cost ~3x its time in a warm loop). Rows split
+// across the kernel threads when large; row_bias as in matmul_into. False (nothing done) without MKL.
+bool float_matmul(float* c, int64_t ldc, const FloatMatrix& a, const FloatMatrix& b, const float* row_bias) {
+  const SgemmBatch gemm = sgemm_batch();
+  const int64_t M = a.rows, N = b.cols, K = a.cols;
+  if (gemm == nullptr || std::max({M, N, K, ldc}) > std::numeric_limits<int>::max()) return false;
+  if (M == 0 || N == 0) return true;
+  auto block = [&](int64_t lo, int64_t hi) {
+    const float *ap = a.data + lo * a.row_stride, *bp = b.data;
+    float* cp = c + lo * ldc;
+    const int m = static_cast<int>(hi - lo), n = static_cast<int>(N), k = static_cast<int>(K),
+              ldc_int = static_cast<int>(ldc), one = 1;
+    const float alpha = 1.f, beta = 0.f;
+    if (K == 0) {
+      for (int64_t i = 0; i < m; ++i) std::fill_n(cp + i * ldc, N, 0.f);
+    } else {
+      gemm(kCblasRowMajor, &a.trans, &b.trans, &m, &n, &k, &alpha, &ap, &a.ld, &bp, &b.ld, &beta, &cp, &ldc_int, 1,
+           &one);
+    }
+    if (row_bias != nullptr) add_row_bias(cp, row_bias, hi - lo, N);
+  };
+  const int parts = split_parts(M * N * K / kMultiplyAddsPerElement, M);
+  if (parts <= 1) {
+    block(0, M);
+  } else {
+    run_split_rows(parts, M, block);
+  }
+  return true;
+}
+
 // res [B, M, N] (contiguous) = lhs [B, M, K] @ rhs [B, K, N]. A large product is split across
 // the kernel threads (kernel_threads.h) by batch, or by rows of a single matrix: each part is an
 // ordinary BLAS call on a block of rows (the same dot products; MKL gave equal bits either way
@@ -253,6 +323,19 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vect
     const bool transposed_out = out && B == 1 && out->dim() == 2 && out->stride(0) == 1 && out->stride(1) == M;
     const bool direct = out && (out->is_contiguous() || transposed_out) && out->scalar_type() == v[l].scalar_type();
     at::Tensor result = direct ? *out : at::empty(shape, v[l].options());
+    // Float products without batch dims whose operands are matrices in place: straight to MKL.
+    FloatMatrix lm, rm;
+    if (nb == 0 && (bias < 0 || row_bias) && dtype == at::kFloat && v[l].scalar_type() == at::kFloat &&
+        v[r].scalar_type() == at::kFloat && float_matrix(v[l], lperm, lf.size(), lm) &&
+        float_matrix(v[r], rperm, rc.size(), rm)) {
+      const float* b = row_bias ? v[bias].contiguous().const_data_ptr<float>() : nullptr;
+      float* c = result.mutable_data_ptr<float>();
+      if (result.is_contiguous() && float_matmul(c, N, lm, rm, b)) return result;
+      // Written transposed: C^T = rhs^T @ lhs^T, row-major [N, M].
+      if (transposed_out && bias < 0 && float_matmul(c, M, rm.transposed(), lm.transposed(), nullptr)) {
+        return result;
+      }
+    }
     if (row_bias && result.is_contiguous()) {
       const at::Tensor b = v[bias].contiguous();
       matmul_into(result.view({B, M, N}), v[l].permute(lperm).reshape({B, M, K}),
