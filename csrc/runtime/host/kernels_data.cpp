@@ -2,8 +2,14 @@
 // dynamic_slice) return ATen views, so they cost no copy; consumers read them strided.
 #include <ATen/TensorUtils.h>
 
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+#include <utility>
+
 #include "common/check.h"
 #include "runtime/host/kernels.h"
+#include "runtime/host/strided_copy.h"
 
 namespace torch_tpu::runtime::host {
 namespace {
@@ -16,11 +22,29 @@ int64_t clamp_start(const at::Tensor& start, int64_t n, int64_t size) {
 }
 
 // gather/scatter index range check: an index outside [0, n) is a user-visible IndexError.
+// Smallest and largest of a 1-d int64 index read in place (no ATen reduction: see strided_copy.h).
+std::pair<int64_t, int64_t> index_range(const at::Tensor& index) {
+  const int64_t* p = index.const_data_ptr<int64_t>();
+  const int64_t n = index.size(0), s = index.stride(0);
+  int64_t mn = p[0], mx = p[0];
+  for (int64_t i = 1; i < n; ++i) {
+    mn = std::min(mn, p[i * s]);
+    mx = std::max(mx, p[i * s]);
+  }
+  return {mn, mx};
+}
+
 void check_index(const char* op, const at::Tensor& index, const at::Tensor& x, int64_t axis) {
   if (index.numel() == 0) return;
   int64_t n = x.dim() == 0 ? 1 : x.size(axis);
-  auto [lo, hi] = at::aminmax(index);
-  int64_t mn = lo.item<int64_t>(), mx = hi.item<int64_t>();
+  int64_t mn, mx;
+  if (index.dim() == 1 && index.scalar_type() == at::kLong) {
+    std::tie(mn, mx) = index_range(index);
+  } else {
+    auto [lo, hi] = at::aminmax(index);
+    mn = lo.item<int64_t>();
+    mx = hi.item<int64_t>();
+  }
   int64_t bad = mn < 0 ? mn : mx;
   TPU_CHECK_INDEX(mn >= 0 && mx < n, op, ": index ", bad, " is out of bounds for axis ", axis,
                   " with size ", n);
@@ -35,6 +59,50 @@ at::Tensor view_of(const at::Tensor& x, c10::IntArrayRef sizes, c10::IntArrayRef
                                                           x.unsafeGetTensorImpl()->key_set(), x.dtype());
   v.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, x.storage_offset() + offset);
   return v;
+}
+
+// Rows rows[i] (int64, in range) of a 2-d table whose rows are contiguous, their first `width`
+// elements each: an embedding lookup, one memcpy per row (into `out` when it is contiguous).
+at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& rows, int64_t width, const at::Tensor* out) {
+  const int64_t n = rows.size(0);
+  at::Tensor result = out && out->is_contiguous() && out->scalar_type() == table.scalar_type()
+                          ? *out
+                          : at::empty({n, width}, table.options());
+  if (n == 0 || width == 0) return result;
+  const size_t item = table.element_size(), bytes = static_cast<size_t>(width) * item;
+  const auto* src = static_cast<const char*>(table.const_data_ptr());
+  auto* dst = static_cast<char*>(result.mutable_data_ptr());
+  const int64_t* idx = rows.const_data_ptr<int64_t>();
+  const int64_t step = rows.stride(0), row_bytes = table.stride(0) * static_cast<int64_t>(item);
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * bytes, src + idx[i * step] * row_bytes, bytes);
+  return result;
+}
+
+// x (float, any strides) with row i of upd (float [n, width]) added to row rows[i] (int64, in
+// range), in index order: an embedding's gradient (index_add's sums in its order).
+at::Tensor add_rows_at(const at::Tensor& x, const at::Tensor& rows, const at::Tensor& upd) {
+  at::Tensor result = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  copy_into(result, x);
+  const int64_t n = rows.size(0), width = x.size(1);
+  if (n == 0 || width == 0) return result;
+  float* dst = result.mutable_data_ptr<float>();
+  const float* src = upd.const_data_ptr<float>();
+  const int64_t* idx = rows.const_data_ptr<int64_t>();
+  const int64_t step = rows.stride(0), us0 = upd.stride(0), us1 = upd.stride(1);
+  for (int64_t i = 0; i < n; ++i) {
+    float* __restrict d = dst + idx[i * step] * width;
+    const float* __restrict s = src + i * us0;
+    if (us1 == 1) {
+      const int64_t w8 = width / 8 * 8;  // groups of 8 vectorize at -O2 (see kernels_contract.cpp)
+      for (int64_t j = 0; j < w8; j += 8) {
+        for (int k = 0; k < 8; ++k) d[j + k] += s[j + k];
+      }
+      for (int64_t j = w8; j < width; ++j) d[j] += s[j];
+    } else {
+      for (int64_t j = 0; j < width; ++j) d[j] += s[j * us1];
+    }
+  }
+  return result;
 }
 
 // pad: fill with the value, then copy the (possibly cropped) strided interior region.
@@ -88,7 +156,7 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
       return [x, shape](const Values& v, at::Tensor*) {
         const at::Tensor& t = v[x];
         if (auto strides = at::detail::computeStride(t.sizes(), t.strides(), shape)) return view_of(t, shape, *strides);
-        return t.reshape(shape);  // not a view of this layout: a copy
+        return reshaped_copy(t, shape);  // not a view of this layout
       };
     case OpKind::kTranspose: {
       std::vector<int64_t> perm = a;
@@ -175,9 +243,13 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
         // index_select of whole rows: the same values without reading the index per element.
         // [256, 64] rows of a [128, 64] table: 32 -> ~3 µs.
         if (axis == 0 && index.dim() == 2 && v[x].dim() == 2 && index.stride(1) == 0 && index.size(1) > 0) {
-          const at::Tensor rows = index.select(1, 0);
+          const at::Tensor rows = view_of(index, {index.size(0)}, {index.stride(0)});
           check_index("gather", rows, v[x], axis);
-          const at::Tensor table = v[x].narrow(1, 0, index.size(1));
+          const at::Tensor& t = v[x];
+          if (rows.scalar_type() == at::kLong && t.stride(1) == 1) {
+            return gather_rows(t, rows, index.size(1), out);
+          }
+          const at::Tensor table = t.narrow(1, 0, index.size(1));
           return out ? at::index_select_out(*out, table, 0, rows) : at::index_select(table, 0, rows);
         }
         check_index("gather", index, v[x], axis);
@@ -206,8 +278,12 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
         // index per element.
         if (add && axis == 0 && index.dim() == 2 && v[x].dim() == 2 && index.stride(1) == 0 &&
             index.size(1) == v[x].size(1) && v[upd].sizes().equals(index.sizes())) {
-          const at::Tensor rows = index.select(1, 0);
+          const at::Tensor rows = view_of(index, {index.size(0)}, {index.stride(0)});
           check_index("scatter", rows, v[x], axis);
+          if (rows.scalar_type() == at::kLong && v[x].scalar_type() == at::kFloat &&
+              v[upd].scalar_type() == at::kFloat) {
+            return add_rows_at(v[x], rows, v[upd]);
+          }
           return v[x].index_add(0, rows, v[upd]);
         }
         check_index("scatter", index, v[x], axis);

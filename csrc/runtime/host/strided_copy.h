@@ -1,0 +1,29 @@
+// Strided copies without ATen's dispatch: the data movement inside a program's run.
+//
+// Design: a host program's copies (a reshape of a transposed value, a concatenate's operands
+// into their slices, gathered rows) are small, and in a run each ATen copy_ / index_select /
+// index_add cost several times its warm-loop time (dispatch, TensorIterator set-up and their
+// code evicted by the kernels between them; TinyGPT's 16K-element copies took 20-30 µs in a
+// training step). These loops touch only the data: dims that are contiguous in both tensors
+// merge, an innermost run contiguous in both is one memcpy, anything else an element loop.
+// Any dtype (copied by element size); the caller guarantees same sizes and no overlap.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace torch_tpu::runtime::host {
+
+// dst[i] = src[i] over `sizes` (strides in elements, of either sign or zero in src).
+void strided_copy(void* dst, c10::IntArrayRef dst_strides, const void* src, c10::IntArrayRef src_strides,
+                  c10::IntArrayRef sizes, size_t element_size);
+
+// dst (any strides) = src (same sizes and dtype, any strides): strided_copy on the tensors.
+void copy_into(const at::Tensor& dst, const at::Tensor& src);
+
+// A new contiguous tensor of `shape` (src's element count) holding src's values in row-major
+// order: a reshape that cannot view src.
+at::Tensor reshaped_copy(const at::Tensor& src, c10::IntArrayRef shape);
+
+}  // namespace torch_tpu::runtime::host
