@@ -23,6 +23,7 @@
 #include "runtime/host/concat_reshapes.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/scratch_allocator.h"
+#include "runtime/host/strided_copy.h"
 #include "runtime/internal_dispatch.h"
 
 namespace torch_tpu::runtime {
@@ -714,6 +715,17 @@ bool same_memory(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
+// dst = src for an output: a plain strided copy (strided_copy.h) where dtypes match and the
+// memory is disjoint, else ATen's copy_ (dtype conversion; memory shared with the value).
+static void copy_to_output(const at::Tensor& dst, const at::Tensor& src) {
+  if (dst.scalar_type() == src.scalar_type() && dst.sizes().equals(src.sizes()) && src.numel() > 0) {
+    const auto [dlo, dhi] = byte_extent(dst.const_data_ptr(), dst.sizes(), dst.strides(), dst.element_size());
+    const auto [slo, shi] = byte_extent(src.const_data_ptr(), src.sizes(), src.strides(), src.element_size());
+    if (dhi < slo || shi < dlo) return copy_into(dst, src);
+  }
+  dst.copy_(src);
+}
+
 // One run's values and output destinations.
 struct HostExecutable::RunState {
   // An output's destination, and whether a kernel may write into it.
@@ -732,7 +744,7 @@ struct HostExecutable::RunState {
   void write_outputs(int32_t node) {
     for (int32_t k = first_dest[node]; k >= 0; k = next_dest[k]) {
       Dest& d = dests[k];
-      if (d.tensor.numel() > 0 && !same_memory(values[node], d.tensor)) d.tensor.copy_(values[node]);
+      if (d.tensor.numel() > 0 && !same_memory(values[node], d.tensor)) copy_to_output(d.tensor, values[node]);
       if (d.lent) values[node] = d.tensor;
     }
   }

@@ -153,10 +153,15 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
       };
     }
     case OpKind::kReshape:
-      return [x, shape](const Values& v, at::Tensor*) {
+      return [x, shape](const Values& v, at::Tensor* out) {
         const at::Tensor& t = v[x];
         if (auto strides = at::detail::computeStride(t.sizes(), t.strides(), shape)) return view_of(t, shape, *strides);
-        return reshaped_copy(t, shape);  // not a view of this layout
+        // Not a view of this layout: a copy, straight into the output's memory when it has one.
+        if (out && out->is_contiguous() && out->scalar_type() == t.scalar_type()) {
+          copy_into(view_of(*out, t.sizes(), row_major_strides(t.sizes())), t);
+          return *out;
+        }
+        return reshaped_copy(t, shape);
       };
     case OpKind::kTranspose: {
       std::vector<int64_t> perm = a;

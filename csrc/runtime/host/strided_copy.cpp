@@ -99,13 +99,18 @@ void copy_into(const at::Tensor& dst, const at::Tensor& src) {
                src.element_size());
 }
 
+c10::SmallVector<int64_t, 8> row_major_strides(c10::IntArrayRef sizes) {
+  c10::SmallVector<int64_t, 8> strides(sizes.size(), 1);
+  for (size_t d = sizes.size(); d > 1; --d) strides[d - 2] = strides[d - 1] * std::max<int64_t>(sizes[d - 1], 1);
+  return strides;
+}
+
 at::Tensor reshaped_copy(const at::Tensor& src, c10::IntArrayRef shape) {
   at::Tensor out = at::empty(shape, src.options().memory_format(at::MemoryFormat::Contiguous));
   if (out.numel() == 0) return out;
   // out's memory seen in src's sizes: row-major strides of those sizes.
-  c10::SmallVector<int64_t, 8> strides(src.dim(), 1);
-  for (int64_t d = src.dim() - 1; d > 0; --d) strides[d - 1] = strides[d] * std::max<int64_t>(src.size(d), 1);
-  strided_copy(out.mutable_data_ptr(), strides, src.const_data_ptr(), src.strides(), src.sizes(), src.element_size());
+  strided_copy(out.mutable_data_ptr(), row_major_strides(src.sizes()), src.const_data_ptr(), src.strides(), src.sizes(),
+               src.element_size());
   return out;
 }
 

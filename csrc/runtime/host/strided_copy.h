@@ -10,6 +10,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 
@@ -21,6 +22,9 @@ void strided_copy(void* dst, c10::IntArrayRef dst_strides, const void* src, c10:
 
 // dst (any strides) = src (same sizes and dtype, any strides): strided_copy on the tensors.
 void copy_into(const at::Tensor& dst, const at::Tensor& src);
+
+// Row-major strides of `sizes` (in elements).
+c10::SmallVector<int64_t, 8> row_major_strides(c10::IntArrayRef sizes);
 
 // A new contiguous tensor of `shape` (src's element count) holding src's values in row-major
 // order: a reshape that cannot view src.
