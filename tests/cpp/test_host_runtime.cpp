@@ -241,13 +241,13 @@ TEST(HostRuntime, TransposedConvolutionReadsItsWeightUnflipped) {
 // host adds the bias inside the product's kernel (absorb_bias_adds, kernels.h): one step, the
 // values of ATen's addmm. Covered: a plain and a batched product, the add's operands either way
 // round, a bias along another dim and a float64 product (added after the product), and a
-// product that is itself an output (not rewritten: product, then the add).
+// product that is itself an output (not rewritten: product, then the add), a strided bias.
 TEST(HostRuntime, LinearBiasIsAddedByTheProduct) {
   struct Case {
     std::vector<int64_t> x, w, out, dot_attrs;
     int64_t bias_dim;
     DType dtype;
-    bool swap, product_is_output;
+    bool swap, product_is_output, strided_bias = false;
   };
   const std::vector<Case> cases = {
       {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, 1, DType::kF32, false, false},
@@ -256,6 +256,7 @@ TEST(HostRuntime, LinearBiasIsAddedByTheProduct) {
       {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, 0, DType::kF32, false, false},
       {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, 1, DType::kF64, false, false},
       {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, 1, DType::kF32, false, true},
+      {{5, 7}, {7, 6}, {5, 6}, {0, 1, 1, 0}, 1, DType::kF32, false, false, true},
   };
   for (const Case& c : cases) {
     const int64_t rank = static_cast<int64_t>(c.out.size());
@@ -273,7 +274,10 @@ TEST(HostRuntime, LinearBiasIsAddedByTheProduct) {
     auto exe = host_runtime().compile(p.g, outputs);
     EXPECT_EQ(exe->stats().steps, c.product_is_output ? 2 : 1) << exe->describe();
     const auto dtype = static_cast<at::ScalarType>(c.dtype);
-    at::Tensor xv = at::randn(c.x, dtype), wv = at::randn(c.w, dtype), bv = at::randn({c.out[c.bias_dim]}, dtype);
+    const int64_t nbias = c.out[static_cast<size_t>(c.bias_dim)];
+    at::Tensor xv = at::randn(c.x, dtype), wv = at::randn(c.w, dtype),
+               bv =
+                   c.strided_bias ? at::randn({2 * nbias}, dtype).slice(0, 0, 2 * nbias, 2) : at::randn({nbias}, dtype);
     at::Tensor got = at::empty(c.out, dtype), got_prod = at::empty(c.out, dtype);
     std::vector<OutputTarget> targets = {{y, tensor_binding(got)}};
     if (c.product_is_output) targets.push_back({prod, tensor_binding(got_prod)});

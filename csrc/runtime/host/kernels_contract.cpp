@@ -328,9 +328,11 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vect
     if (nb == 0 && (bias < 0 || row_bias) && dtype == at::kFloat && v[l].scalar_type() == at::kFloat &&
         v[r].scalar_type() == at::kFloat && float_matrix(v[l], lperm, lf.size(), lm) &&
         float_matrix(v[r], rperm, rc.size(), rm)) {
-      const float* b = row_bias ? v[bias].contiguous().const_data_ptr<float>() : nullptr;
+      const at::Tensor b = row_bias ? v[bias].contiguous() : at::Tensor();  // held while the product runs
       float* c = result.mutable_data_ptr<float>();
-      if (result.is_contiguous() && float_matmul(c, N, lm, rm, b)) return result;
+      if (result.is_contiguous() && float_matmul(c, N, lm, rm, b.defined() ? b.const_data_ptr<float>() : nullptr)) {
+        return result;
+      }
       // Written transposed: C^T = rhs^T @ lhs^T, row-major [N, M].
       if (transposed_out && bias < 0 && float_matmul(c, M, rm.transposed(), lm.transposed(), nullptr)) {
         return result;
