@@ -328,6 +328,34 @@ TEST(HostRuntime, FloatProductsReadTheirOperandsInPlace) {
   }
 }
 
+// Attention's merge of heads: a batched product [B, H, T, D] read only by a transpose to
+// [B, T, H, D] and a reshape to [B, T, H * D]. The product is written in the transpose's order
+// (product_layouts, kernels.h), or straight into an output it is lent through the views; either
+// way the values are ATen's. Covered: the reshape as the output, the transpose as the output,
+// and the reshape read by an elementwise op (the layout without a lent output).
+TEST(HostRuntime, BatchedProductWrittenInItsReadersLayout) {
+  const int64_t b = 2, h = 3, t = 4, d = 5, k = 6;
+  for (int variant = 0; variant < 3; ++variant) {
+    Program p;
+    int32_t q = p.param(0, DType::kF32, {b, h, t, k});
+    int32_t v = p.param(1, DType::kF32, {b, h, k, d});
+    int32_t prod = p.add(OpKind::kDotGeneral, DType::kF32, {b, h, t, d}, {q, v}, {2, 0, 1, 0, 1, 1, 3, 2});
+    int32_t tr = p.add(OpKind::kTranspose, DType::kF32, {b, t, h, d}, {prod}, {0, 2, 1, 3});
+    int32_t merged = p.add(OpKind::kReshape, DType::kF32, {b, t, h * d}, {tr});
+    int32_t y = variant == 0 ? merged : variant == 1 ? tr : p.add(OpKind::kNeg, DType::kF32, {b, t, h * d}, {merged});
+    ir::verify(p.g);
+    auto exe = host_runtime().compile(p.g, {y});
+    at::Tensor qv = at::randn({b, h, t, k}), vv = at::randn({b, h, k, d});
+    const at::Tensor att = at::matmul(qv, vv).transpose(1, 2);
+    const at::Tensor want = variant == 0   ? att.reshape({b, t, h * d})
+                            : variant == 1 ? att
+                                           : -att.reshape({b, t, h * d});
+    at::Tensor got = at::empty(want.sizes());
+    exe->run({tensor_binding(qv), tensor_binding(vv)}, {{y, tensor_binding(got)}}, {});
+    EXPECT_TRUE(at::allclose(got, want, 1.3e-6, 1e-5)) << variant << " " << (got - want).abs().max().item<float>();
+  }
+}
+
 TEST(HostRuntime, GatherOutOfRangeRaisesIndexError) {
   Program p;
   int32_t x = p.param(0, DType::kF32, {3});

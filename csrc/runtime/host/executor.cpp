@@ -228,6 +228,7 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
           absorb_concat_reshapes(ir::collapse_view_chains(input_graph, is_output_), is_output_, concat_shapes),
           is_output_, unflipped),
       is_output_, biased);
+  const ProductLayouts laid_out = product_layouts(graph, is_output_);  // kernels.h
   // Liveness: walk backwards from the outputs; record each value's live readers.
   std::vector<bool> live = is_output_;
   std::vector<std::vector<int32_t>> readers(n);
@@ -259,10 +260,12 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     step_of[i] = static_cast<int32_t>(steps_.size());
     auto concat = concat_shapes.find(i);
     auto bias = biased.find(i);
+    auto order = laid_out.find(i);
     steps_.push_back({i,
                       concat != concat_shapes.end() ? make_concat_kernel(graph, i, concat->second)
                       : unflipped.count(i)          ? make_unflipped_kernel(graph, i)
                       : bias != biased.end()        ? make_biased_dot_kernel(graph, i, bias->second)
+                      : order != laid_out.end()     ? make_laid_out_dot_kernel(graph, i, order->second)
                                                     : make_kernel(graph, i),
                       nullptr,
                       {}});

@@ -82,6 +82,16 @@ using BiasDims = std::unordered_map<int32_t, std::vector<int64_t>>;
 ir::Graph absorb_bias_adds(const ir::Graph& graph, const std::vector<bool>& keep, BiasDims& bias_dims);
 Kernel make_biased_dot_kernel(const ir::Graph& g, int32_t id, const std::vector<int64_t>& bias_dims);
 
+// Product layouts (kernels_contract.cpp). Attention's p @ v ([B, H, T, D]) is read only by a
+// transpose to [B, T, H, D], then merged to [B, T, H * D]: from a row-major product that merge
+// was a copy per call. product_layouts picks, per batched float product read by nothing but one
+// transpose that keeps its last dim last (and no output: `keep`), the transpose's order as the
+// product's memory order; make_laid_out_dot_kernel writes the product in it (BLAS writes each
+// matrix with a leading dimension), so the transpose is row-major and the merge a view.
+using ProductLayouts = std::unordered_map<int32_t, std::vector<int64_t>>;
+ProductLayouts product_layouts(const ir::Graph& graph, const std::vector<bool>& keep);
+Kernel make_laid_out_dot_kernel(const ir::Graph& g, int32_t id, const std::vector<int64_t>& order);
+
 // Small shared helpers.
 inline std::vector<int64_t> attr_slice(const ir::Node& n, size_t from, size_t count) {
   return {n.iattrs.begin() + from, n.iattrs.begin() + from + count};

@@ -37,6 +37,7 @@
 #include "common/check.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
+#include "runtime/host/strided_copy.h"
 
 namespace torch_tpu::runtime::host {
 namespace {
@@ -82,21 +83,24 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, int* trans,
 // multiplied by its own gemm call. TinyGPT attention, CPU time per product: [8, 4, 32, 32]
 // 46 -> 19 µs, [8, 4, 32, 16] 27 -> 15 µs. False (nothing done) where MKL or a usable layout
 // is missing.
+// res [batch..., M, N] may be any layout whose rows are unit-stride (a product written in the
+// layout its transposing reader wants, ProductLayouts in kernels.h).
 bool batched_sgemm_in_place(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor& rhs) {
   const SgemmBatch gemm = sgemm_batch();
   const int64_t r = lhs.dim();
-  if (gemm == nullptr || r < 3 || lhs.scalar_type() != at::kFloat || rhs.scalar_type() != at::kFloat ||
-      res.scalar_type() != at::kFloat || !res.is_contiguous()) {
+  if (gemm == nullptr || r < 3 || res.dim() != r || lhs.scalar_type() != at::kFloat ||
+      rhs.scalar_type() != at::kFloat || res.scalar_type() != at::kFloat) {
     return false;
   }
   const int64_t M = lhs.size(r - 2), K = lhs.size(r - 1), N = rhs.size(r - 1);
+  const int64_t ldc64 = M == 1 ? N : res.stride(r - 2);
   int ta, tb, lda, ldb;
   if (M == 0 || N == 0 || K == 0 || !blas_layout(M, K, lhs.stride(r - 2), lhs.stride(r - 1), &ta, &lda) ||
-      !blas_layout(K, N, rhs.stride(r - 2), rhs.stride(r - 1), &tb, &ldb) ||
-      std::max({M, N, K}) > std::numeric_limits<int>::max()) {
+      !blas_layout(K, N, rhs.stride(r - 2), rhs.stride(r - 1), &tb, &ldb) || (res.stride(r - 1) != 1 && N > 1) ||
+      ldc64 < N || std::max({M, N, K, ldc64}) > std::numeric_limits<int>::max()) {
     return false;
   }
-  const int64_t B = res.size(0);
+  const int64_t B = res.numel() / (M * N);
   if (B == 0) return true;  // nothing to compute
   const float* a0 = lhs.const_data_ptr<float>();
   const float* b0 = rhs.const_data_ptr<float>();
@@ -109,18 +113,19 @@ bool batched_sgemm_in_place(const at::Tensor& res, const at::Tensor& lhs, const 
     bs.resize(as.size());
     cs.resize(as.size());
     for (int64_t i = lo; i < hi; ++i) {
-      int64_t oa = 0, ob = 0;
+      int64_t oa = 0, ob = 0, oc = 0;
       for (int64_t d = r - 3, rest = i; d >= 0; --d) {  // batch index i -> its offsets
         const int64_t idx = rest % lhs.size(d);
         rest /= lhs.size(d);
         oa += idx * lhs.stride(d);
         ob += idx * rhs.stride(d);
+        oc += idx * res.stride(d);
       }
       as[i - lo] = a0 + oa;
       bs[i - lo] = b0 + ob;
-      cs[i - lo] = c0 + i * M * N;
+      cs[i - lo] = c0 + oc;
     }
-    const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K), ldc = n;
+    const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K), ldc = static_cast<int>(ldc64);
     const int count = static_cast<int>(hi - lo);
     const float alpha = 1.f, beta = 0.f;
     gemm(kCblasRowMajor, &ta, &tb, &m, &n, &k, &alpha, as.data(), &lda, bs.data(), &ldb, &beta, cs.data(), &ldc, 1,
@@ -265,8 +270,10 @@ at::Tensor split_rows(const std::vector<int64_t>& shape, const at::TensorOptions
 }
 
 // bias_dims: the node's third operand is a bias broadcast along these dims into the result
-// (absorb_bias_adds); null for a plain product.
-Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vector<int64_t>* bias_dims = nullptr) {
+// (absorb_bias_adds); null for a plain product. order: the result's memory order (a
+// permutation of its dims, outermost first; ProductLayouts), null for row-major.
+Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vector<int64_t>* bias_dims = nullptr,
+                          const std::vector<int64_t>* order = nullptr) {
   const int32_t l = n.operands[0], r = n.operands[1];
   const int32_t bias = bias_dims ? n.operands.at(2) : -1;
   std::vector<int64_t> bias_view(n.shape.size(), 1);  // the bias's shape with the result's rank
@@ -311,6 +318,14 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vect
   const bool integer = !ir::is_float(n.dtype);
   // One free and one contracting dim per side, under batch dims: matrices read in place.
   const bool batched = nb > 0 && lf.size() == 1 && rf.size() == 1 && nc == 1;
+  std::vector<int64_t> memory_shape, to_logical;  // the result allocated in `order`, and back
+  if (order) {
+    to_logical.resize(order->size());
+    for (size_t i = 0; i < order->size(); ++i) {
+      memory_shape.push_back(n.shape[static_cast<size_t>((*order)[i])]);
+      to_logical[static_cast<size_t>((*order)[i])] = static_cast<int64_t>(i);
+    }
+  }
   return [=](const Values& v, at::Tensor* out) {
     if (integer) {
       // Exact: int64 products and sums wrap mod 2^64, so narrowing afterwards equals
@@ -321,8 +336,13 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vect
     // A transposed matrix destination (a weight gradient's [out, in] written as the product
     // [in, out] transposed, ViewRoute in executor.h) is one BLAS can write in place too.
     const bool transposed_out = out && B == 1 && out->dim() == 2 && out->stride(0) == 1 && out->stride(1) == M;
-    const bool direct = out && (out->is_contiguous() || transposed_out) && out->scalar_type() == v[l].scalar_type();
-    at::Tensor result = direct ? *out : at::empty(shape, v[l].options());
+    // A batched product writes any destination whose rows are unit-stride (an output it is lent
+    // through a transpose, ViewRoute), as batched_sgemm_in_place does its own laid-out result.
+    const bool direct = out && out->scalar_type() == v[l].scalar_type() &&
+                        (out->is_contiguous() || transposed_out || (batched && out->stride(-1) == 1));
+    at::Tensor result = direct             ? *out
+                        : order != nullptr ? at::empty(memory_shape, v[l].options()).permute(to_logical)
+                                           : at::empty(shape, v[l].options());
     // Float products without batch dims whose operands are matrices in place: straight to MKL.
     FloatMatrix lm, rm;
     if (nb == 0 && (bias < 0 || row_bias) && dtype == at::kFloat && v[l].scalar_type() == at::kFloat &&
@@ -344,9 +364,11 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vect
                   v[r].permute(rperm).reshape({B, K, N}), b.const_data_ptr<float>());
       return result;
     }
-    if (!batched || !batched_sgemm_in_place(result.view({B, M, N}), v[l].permute(lperm), v[r].permute(rperm))) {
-      matmul_into(result.view({B, M, N}), v[l].permute(lperm).reshape({B, M, K}),
+    if (!batched || !batched_sgemm_in_place(result, v[l].permute(lperm), v[r].permute(rperm))) {
+      at::Tensor dense = result.is_contiguous() ? result : at::empty(shape, v[l].options());
+      matmul_into(dense.view({B, M, N}), v[l].permute(lperm).reshape({B, M, K}),
                   v[r].permute(rperm).reshape({B, K, N}));
+      if (!dense.is_same(result)) copy_into(result, dense);
     }
     if (bias >= 0) result.add_(v[bias].reshape(bias_view).expand(shape));
     return result;
@@ -685,6 +707,32 @@ ir::Graph absorb_bias_adds(const ir::Graph& graph, const std::vector<bool>& keep
 
 Kernel make_biased_dot_kernel(const ir::Graph& g, int32_t id, const std::vector<int64_t>& bias_dims) {
   return dot_general_kernel(g, g.node(id), &bias_dims);
+}
+
+ProductLayouts product_layouts(const ir::Graph& graph, const std::vector<bool>& keep) {
+  const std::vector<int32_t> readers = reader_counts(graph);
+  ProductLayouts layouts;
+  for (int32_t i = 0; i < graph.size(); ++i) {
+    const ir::Node& t = graph.node(i);
+    if (t.kind != OpKind::kTranspose) continue;
+    const int32_t p = t.operands[0];
+    const ir::Node& n = graph.node(p);
+    if (n.kind != OpKind::kDotGeneral || n.operands.size() != 2 || n.dtype != ir::DType::kF32 || readers[p] != 1 ||
+        keep[p]) {
+      continue;
+    }
+    const size_t nb = n.iattrs[0], nc = n.iattrs[1 + 2 * nb];
+    const size_t rank = n.shape.size();
+    // Batched matrix products (one free dim per side) whose rows stay unit-stride in the order.
+    const bool batched = nb > 0 && nc == 1 && rank == nb + 2 && graph.node(n.operands[0]).shape.size() == nb + 2 &&
+                         graph.node(n.operands[1]).shape.size() == nb + 2;
+    if (batched && t.iattrs.back() == static_cast<int64_t>(rank) - 1) layouts[p] = t.iattrs;
+  }
+  return layouts;
+}
+
+Kernel make_laid_out_dot_kernel(const ir::Graph& g, int32_t id, const std::vector<int64_t>& order) {
+  return dot_general_kernel(g, g.node(id), nullptr, &order);
 }
 
 Kernel make_contract_kernel(const ir::Graph& g, int32_t id) {
