@@ -370,6 +370,23 @@ TEST(HostRuntime, GatherOutOfRangeRaisesIndexError) {
   }
 }
 
+// Cross entropy's pick of each row's target ([n, m] gathered along dim 1 by an index [n, 1]):
+// a loop of its own (kernels_data.cpp, pick_per_row); the values and the IndexError of gather.
+TEST(HostRuntime, GatherOneElementPerRow) {
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {3, 4});
+  int32_t i = p.param(1, DType::kI64, {3, 1});
+  int32_t g = p.add(OpKind::kGather, DType::kF32, {3, 1}, {x, i}, {1});
+  at::Tensor a = at::arange(12, at::kFloat).view({3, 4});
+  at::Tensor ok = at::tensor({3, 0, 2}, at::kLong).view({3, 1});
+  expect_equal(run(p, {g}, {tensor_binding(a), tensor_binding(ok)})[0], at::gather(a, 1, ok));
+  expect_equal(run(p, {g}, {tensor_binding(a.t().contiguous().t()), tensor_binding(ok)})[0], at::gather(a, 1, ok));
+  for (int64_t bad : {4, -1}) {
+    at::Tensor idx = at::tensor({int64_t{0}, bad, int64_t{1}}, at::kLong).view({3, 1});
+    EXPECT_THROW(run(p, {g}, {tensor_binding(a), tensor_binding(idx)}), c10::IndexError);
+  }
+}
+
 TEST(HostRuntime, PhiloxKnownAnswer) {
   // Random123's known-answer vector for philox4x32_10 with zero counter and key.
   auto w = host::philox4x32_10(0, 0);

@@ -22,7 +22,8 @@ int64_t clamp_start(const at::Tensor& start, int64_t n, int64_t size) {
 }
 
 // gather/scatter index range check: an index outside [0, n) is a user-visible IndexError.
-// Smallest and largest of a 1-d int64 index read in place (no ATen reduction: see strided_copy.h).
+// Smallest and largest of an int64 index of n values along dim 0 (1-d, or a column [n, 1]),
+// read in place (no ATen reduction: see strided_copy.h).
 std::pair<int64_t, int64_t> index_range(const at::Tensor& index) {
   const int64_t* p = index.const_data_ptr<int64_t>();
   const int64_t n = index.size(0), s = index.stride(0);
@@ -38,8 +39,8 @@ void check_index(const char* op, const at::Tensor& index, const at::Tensor& x, i
   if (index.numel() == 0) return;
   int64_t n = x.dim() == 0 ? 1 : x.size(axis);
   int64_t mn, mx;
-  if (index.dim() == 1 && index.scalar_type() == at::kLong) {
-    std::tie(mn, mx) = index_range(index);
+  if (index.scalar_type() == at::kLong && (index.dim() == 1 || (index.dim() == 2 && index.size(1) == 1))) {
+    std::tie(mn, mx) = index_range(index);  // a column [n, 1] read as its n values
   } else {
     auto [lo, hi] = at::aminmax(index);
     mn = lo.item<int64_t>();
@@ -75,6 +76,19 @@ at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& rows, int64_t 
   const int64_t* idx = rows.const_data_ptr<int64_t>();
   const int64_t step = rows.stride(0), row_bytes = table.stride(0) * static_cast<int64_t>(item);
   for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * bytes, src + idx[i * step] * row_bytes, bytes);
+  return result;
+}
+
+// [n, 1] (float) of x[i, index[i, 0]] for a float x [n, m] and an int64 index [n, 1] in range.
+at::Tensor pick_per_row(const at::Tensor& x, const at::Tensor& index, const at::Tensor* out) {
+  const int64_t n = x.size(0);
+  at::Tensor result =
+      out && out->is_contiguous() && out->scalar_type() == at::kFloat ? *out : at::empty({n, 1}, x.options());
+  const float* src = x.const_data_ptr<float>();
+  const int64_t* idx = index.const_data_ptr<int64_t>();
+  float* dst = result.mutable_data_ptr<float>();
+  const int64_t xs0 = x.stride(0), xs1 = x.stride(1), is0 = index.stride(0);
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i * xs0 + idx[i * is0] * xs1];
   return result;
 }
 
@@ -258,6 +272,11 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
           return out ? at::index_select_out(*out, table, 0, rows) : at::index_select(table, 0, rows);
         }
         check_index("gather", index, v[x], axis);
+        // One element per row (cross entropy picking each row's target logit): a loop.
+        if (axis == 1 && index.dim() == 2 && index.size(1) == 1 && v[x].dim() == 2 && index.size(0) == v[x].size(0) &&
+            index.scalar_type() == at::kLong && v[x].scalar_type() == at::kFloat) {
+          return pick_per_row(v[x], index, out);
+        }
         return out ? at::gather_out(*out, v[x], axis, index) : at::gather(v[x], axis, index);
       };
     }
