@@ -222,13 +222,13 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   // their reshaped operands' sources (concat_reshapes.h). Node ids are kept.
   ConcatOperandShapes concat_shapes;
   std::unordered_set<int32_t> unflipped;  // absorb_weight_flips (kernels.h)
-  BiasDims biased;                        // absorb_bias_adds (kernels.h)
+  ProductForms products;                  // absorb_bias_adds, product_layouts (kernels.h)
   const ir::Graph graph = absorb_bias_adds(
       absorb_weight_flips(
           absorb_concat_reshapes(ir::collapse_view_chains(input_graph, is_output_), is_output_, concat_shapes),
           is_output_, unflipped),
-      is_output_, biased);
-  const ProductLayouts laid_out = product_layouts(graph, is_output_);  // kernels.h
+      is_output_, products);
+  product_layouts(graph, is_output_, products);
   // Liveness: walk backwards from the outputs; record each value's live readers.
   std::vector<bool> live = is_output_;
   std::vector<std::vector<int32_t>> readers(n);
@@ -259,13 +259,11 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   auto emit_kernel = [&](int32_t i) {
     step_of[i] = static_cast<int32_t>(steps_.size());
     auto concat = concat_shapes.find(i);
-    auto bias = biased.find(i);
-    auto order = laid_out.find(i);
+    auto product = products.find(i);
     steps_.push_back({i,
                       concat != concat_shapes.end() ? make_concat_kernel(graph, i, concat->second)
                       : unflipped.count(i)          ? make_unflipped_kernel(graph, i)
-                      : bias != biased.end()        ? make_biased_dot_kernel(graph, i, bias->second)
-                      : order != laid_out.end()     ? make_laid_out_dot_kernel(graph, i, order->second)
+                      : product != products.end()   ? make_product_kernel(graph, i, product->second)
                                                     : make_kernel(graph, i),
                       nullptr,
                       {}});

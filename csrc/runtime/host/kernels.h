@@ -69,32 +69,48 @@ ir::Graph absorb_weight_flips(const ir::Graph& graph, const std::vector<bool>& k
                               std::unordered_set<int32_t>& rewritten);
 Kernel make_unflipped_kernel(const ir::Graph& g, int32_t id);
 
-// Bias epilogues (kernels_contract.cpp). A linear layer lowers to add(dot_general(x, w),
-// broadcast_in_dim(bias)), which ran as a product and then a cluster pass over its whole
-// result (TinyGPT inference: 6 such passes, 8% of a compiled step). absorb_bias_adds turns the
-// add node into a dot_general reading [lhs, rhs, bias] (node id and shape kept; the plain
-// product and the broadcast lose their reader) and records the broadcast's dims in
-// `bias_dims`; make_biased_dot_kernel fills the result with the broadcast bias and lets BLAS
-// accumulate the product into it (beta = 1), as ATen's addmm does for nn.Linear on CPU. Only
-// float products of one dtype whose plain result has no other reader and is no output (`keep`),
-// with the bias broadcast along increasing dims.
-using BiasDims = std::unordered_map<int32_t, std::vector<int64_t>>;
-ir::Graph absorb_bias_adds(const ir::Graph& graph, const std::vector<bool>& keep, BiasDims& bias_dims);
-Kernel make_biased_dot_kernel(const ir::Graph& g, int32_t id, const std::vector<int64_t>& bias_dims);
+// Product forms (kernels_contract.cpp): what the host graph knows about a dot_general node
+// beyond the IR, filled by the two passes below and built by make_product_kernel.
+struct ProductForm {
+  std::vector<int64_t> bias_dims;  // the node's third operand is a bias broadcast along these
+  std::vector<int64_t> order;      // the result's memory order (outermost dim first); empty: row-major
+};
+using ProductForms = std::unordered_map<int32_t, ProductForm>;
+Kernel make_product_kernel(const ir::Graph& g, int32_t id, const ProductForm& form);
 
-// Product layouts (kernels_contract.cpp). Attention's p @ v ([B, H, T, D]) is read only by a
-// transpose to [B, T, H, D], then merged to [B, T, H * D]: from a row-major product that merge
-// was a copy per call. product_layouts picks, per batched float product read by nothing but one
-// transpose that keeps its last dim last (and no output: `keep`), the transpose's order as the
-// product's memory order; make_laid_out_dot_kernel writes the product in it (BLAS writes each
-// matrix with a leading dimension), so the transpose is row-major and the merge a view.
-using ProductLayouts = std::unordered_map<int32_t, std::vector<int64_t>>;
-ProductLayouts product_layouts(const ir::Graph& graph, const std::vector<bool>& keep);
-Kernel make_laid_out_dot_kernel(const ir::Graph& g, int32_t id, const std::vector<int64_t>& order);
+// Bias epilogues. A linear layer lowers to add(dot_general(x, w), broadcast_in_dim(bias)),
+// which ran as a product and then a cluster pass over its whole result (TinyGPT inference: 6
+// such passes, 8% of a compiled step). absorb_bias_adds turns the add node into a dot_general
+// reading [lhs, rhs, bias] (node id and shape kept; the plain product and the broadcast lose
+// their reader) and records the broadcast's dims in its form. Its kernel adds a float32 bias
+// along the last dim to each block of rows right after that block's GEMM, while it is in
+// cache, and any other bias after the product (the same additions as the separate add).
+// BLAS beta = 1 over a result pre-filled with the bias (ATen's addmm) was slower on our CPU.
+// Only float products of one dtype whose plain result has no other reader and is no output
+// (`keep`), with the bias broadcast along increasing dims.
+ir::Graph absorb_bias_adds(const ir::Graph& graph, const std::vector<bool>& keep, ProductForms& forms);
+
+// Product layouts. Attention's p @ v ([B, H, T, D]) is read only by a transpose to [B, T, H,
+// D], then merged to [B, T, H * D]: from a row-major product that merge was a copy per call.
+// product_layouts gives each batched float product read by nothing but one transpose that
+// keeps its last dim last (and no output: `keep`) the transpose's order as its memory order,
+// which its kernel writes (BLAS writes each matrix with a leading dimension), so the transpose
+// is row-major and the merge a view.
+void product_layouts(const ir::Graph& graph, const std::vector<bool>& keep, ProductForms& forms);
 
 // Small shared helpers.
 inline std::vector<int64_t> attr_slice(const ir::Node& n, size_t from, size_t count) {
   return {n.iattrs.begin() + from, n.iattrs.begin() + from + count};
+}
+
+// dst[j] += src[j] for j < n. Groups of 8 with restrict pointers vectorize at -O2 (whose cost
+// model leaves loops of unknown trip count scalar).
+inline void add_into(float* __restrict dst, const float* __restrict src, int64_t n) {
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t j = 0; j < n8; j += 8) {
+    for (int k = 0; k < 8; ++k) dst[j + k] += src[j + k];
+  }
+  for (int64_t j = n8; j < n; ++j) dst[j] += src[j];
 }
 
 // Per node, how many operand slots read it (host graph rewrites absorb a node read only once).

@@ -84,7 +84,7 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, int* trans,
 // 46 -> 19 µs, [8, 4, 32, 16] 27 -> 15 µs. False (nothing done) where MKL or a usable layout
 // is missing.
 // res [batch..., M, N] may be any layout whose rows are unit-stride (a product written in the
-// layout its transposing reader wants, ProductLayouts in kernels.h).
+// layout its transposing reader wants, product_layouts in kernels.h).
 bool batched_sgemm_in_place(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor& rhs) {
   const SgemmBatch gemm = sgemm_batch();
   const int64_t r = lhs.dim();
@@ -140,18 +140,6 @@ bool batched_sgemm_in_place(const at::Tensor& res, const at::Tensor& lhs, const 
   return true;
 }
 
-// Adds bias [n] to each of `rows` rows of n floats at out. Groups of 8 with restrict pointers
-// vectorize at -O2 (whose cost model leaves loops of unknown trip count scalar).
-void add_row_bias(float* __restrict out, const float* __restrict bias, int64_t rows, int64_t n) {
-  const int64_t n8 = n / 8 * 8;
-  for (int64_t i = 0; i < rows; ++i, out += n) {
-    for (int64_t j = 0; j < n8; j += 8) {
-      for (int k = 0; k < 8; ++k) out[j + k] += bias[j + k];
-    }
-    for (int64_t j = n8; j < n; ++j) out[j] += bias[j];
-  }
-}
-
 // A float matrix in place for BLAS: element (i, j) at data + i * row_stride + j * col_stride,
 // one of the strides a unit one (blas_layout's trans and ld).
 struct FloatMatrix {
@@ -193,7 +181,8 @@ bool float_matrix(const at::Tensor& x, const std::vector<int64_t>& perm, size_t 
 
 // c [a.rows, b.cols] (row-major, leading dimension ldc) = a @ b, through MKL without ATen's
 // dispatch (in a program's run an ATen mm_out cost ~3x its time in a warm loop). Rows split
-// across the kernel threads when large; row_bias as in matmul_into. False (nothing done) without MKL.
+// across the kernel threads when large; row_bias (float [N], or null) is added to each block's
+// rows right after its product, while they are in cache. False (nothing done) without MKL.
 bool float_matmul(float* c, int64_t ldc, const FloatMatrix& a, const FloatMatrix& b, const float* row_bias) {
   const SgemmBatch gemm = sgemm_batch();
   const int64_t M = a.rows, N = b.cols, K = a.cols;
@@ -211,7 +200,9 @@ bool float_matmul(float* c, int64_t ldc, const FloatMatrix& a, const FloatMatrix
       gemm(kCblasRowMajor, &a.trans, &b.trans, &m, &n, &k, &alpha, &ap, &a.ld, &bp, &b.ld, &beta, &cp, &ldc_int, 1,
            &one);
     }
-    if (row_bias != nullptr) add_row_bias(cp, row_bias, hi - lo, N);
+    if (row_bias != nullptr) {
+      for (int64_t i = 0; i < hi - lo; ++i) add_into(cp + i * ldc, row_bias, N);
+    }
   };
   const int parts = split_parts(M * N * K / kMultiplyAddsPerElement, M);
   if (parts <= 1) {
@@ -227,9 +218,7 @@ bool float_matmul(float* c, int64_t ldc, const FloatMatrix& a, const FloatMatrix
 // ordinary BLAS call on a block of rows (the same dot products; MKL gave equal bits either way
 // for the shapes we checked, but nothing promises it).
 // Plain matrix products go to mm (strided operands straight to BLAS), which beats a batch of one.
-// row_bias (float [N], or null): added to every row of each block right after its product,
-// while the block is still in cache (a bias epilogue, absorb_bias_adds; res is then float).
-void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor& rhs, const float* row_bias = nullptr) {
+void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor& rhs) {
   const int64_t B = res.size(0), M = res.size(1), N = res.size(2), K = lhs.size(2);
   if (B == 0) return;  // no matrices (rows below would count M of them)
   const int64_t rows = B > 1 ? B : M;
@@ -241,10 +230,6 @@ void matmul_into(const at::Tensor& res, const at::Tensor& lhs, const at::Tensor&
     } else {
       at::Tensor r3 = res.narrow(0, lo, hi - lo);
       at::bmm_out(r3, lhs.narrow(0, lo, hi - lo), rhs.narrow(0, lo, hi - lo));
-    }
-    if (row_bias != nullptr) {
-      const int64_t row_lo = B > 1 ? lo * M : lo, row_hi = B > 1 ? hi * M : hi;
-      add_row_bias(res.mutable_data_ptr<float>() + row_lo * N, row_bias, row_hi - row_lo, N);
     }
   };
   if (parts <= 1) return block(0, rows);
@@ -269,16 +254,14 @@ at::Tensor split_rows(const std::vector<int64_t>& shape, const at::TensorOptions
   return y;
 }
 
-// bias_dims: the node's third operand is a bias broadcast along these dims into the result
-// (absorb_bias_adds); null for a plain product. order: the result's memory order (a
-// permutation of its dims, outermost first; ProductLayouts), null for row-major.
-Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vector<int64_t>* bias_dims = nullptr,
-                          const std::vector<int64_t>* order = nullptr) {
+// form: a bias epilogue and a memory order for the result (kernels.h, ProductForm).
+Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const ProductForm& form = {}) {
   const int32_t l = n.operands[0], r = n.operands[1];
-  const int32_t bias = bias_dims ? n.operands.at(2) : -1;
+  const bool biased = n.operands.size() > 2;
+  const int32_t bias = biased ? n.operands[2] : -1;
   std::vector<int64_t> bias_view(n.shape.size(), 1);  // the bias's shape with the result's rank
-  if (bias_dims) {
-    for (size_t k = 0; k < bias_dims->size(); ++k) bias_view[(*bias_dims)[k]] = g.node(bias).shape[k];
+  for (size_t k = 0; biased && k < form.bias_dims.size(); ++k) {
+    bias_view[static_cast<size_t>(form.bias_dims[k])] = g.node(bias).shape[k];
   }
   const ir::Node &ln = g.node(l), &rn = g.node(r);
   const auto& a = n.iattrs;
@@ -313,18 +296,17 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vect
   const at::ScalarType dtype = to_aten(n.dtype);
   // A float bias along the last dim, which is N (one rhs free dim): added row by row after
   // each block's product.
-  const bool row_bias = bias >= 0 && n.dtype == ir::DType::kF32 && rf.size() == 1 &&
-                        *bias_dims == std::vector<int64_t>{static_cast<int64_t>(shape.size()) - 1};
+  const bool row_bias = biased && n.dtype == ir::DType::kF32 && rf.size() == 1 &&
+                        form.bias_dims == std::vector<int64_t>{static_cast<int64_t>(shape.size()) - 1};
   const bool integer = !ir::is_float(n.dtype);
   // One free and one contracting dim per side, under batch dims: matrices read in place.
   const bool batched = nb > 0 && lf.size() == 1 && rf.size() == 1 && nc == 1;
-  std::vector<int64_t> memory_shape, to_logical;  // the result allocated in `order`, and back
-  if (order) {
-    to_logical.resize(order->size());
-    for (size_t i = 0; i < order->size(); ++i) {
-      memory_shape.push_back(n.shape[static_cast<size_t>((*order)[i])]);
-      to_logical[static_cast<size_t>((*order)[i])] = static_cast<int64_t>(i);
-    }
+  // Strides that lay the result out in form.order (row-major in it); empty: row-major.
+  std::vector<int64_t> ordered_strides(form.order.size());
+  for (size_t i = form.order.size(), step = 1; i-- > 0;) {
+    const auto d = static_cast<size_t>(form.order[i]);
+    ordered_strides[d] = static_cast<int64_t>(step);
+    step *= static_cast<size_t>(std::max<int64_t>(n.shape[d], 1));
   }
   return [=](const Values& v, at::Tensor* out) {
     if (integer) {
@@ -340,9 +322,9 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vect
     // through a transpose, ViewRoute), as batched_sgemm_in_place does its own laid-out result.
     const bool direct = out && out->scalar_type() == v[l].scalar_type() &&
                         (out->is_contiguous() || transposed_out || (batched && out->stride(-1) == 1));
-    at::Tensor result = direct             ? *out
-                        : order != nullptr ? at::empty(memory_shape, v[l].options()).permute(to_logical)
-                                           : at::empty(shape, v[l].options());
+    at::Tensor result = direct                    ? *out
+                        : ordered_strides.empty() ? at::empty(shape, v[l].options())
+                                                  : at::empty_strided(shape, ordered_strides, v[l].options());
     // Float products without batch dims whose operands are matrices in place: straight to MKL.
     FloatMatrix lm, rm;
     if (nb == 0 && (bias < 0 || row_bias) && dtype == at::kFloat && v[l].scalar_type() == at::kFloat &&
@@ -357,12 +339,6 @@ Kernel dot_general_kernel(const ir::Graph& g, const ir::Node& n, const std::vect
       if (transposed_out && bias < 0 && float_matmul(c, M, rm.transposed(), lm.transposed(), nullptr)) {
         return result;
       }
-    }
-    if (row_bias && result.is_contiguous()) {
-      const at::Tensor b = v[bias].contiguous();
-      matmul_into(result.view({B, M, N}), v[l].permute(lperm).reshape({B, M, K}),
-                  v[r].permute(rperm).reshape({B, K, N}), b.const_data_ptr<float>());
-      return result;
     }
     if (!batched || !batched_sgemm_in_place(result, v[l].permute(lperm), v[r].permute(rperm))) {
       at::Tensor dense = result.is_contiguous() ? result : at::empty(shape, v[l].options());
@@ -667,7 +643,7 @@ Kernel make_unflipped_kernel(const ir::Graph& g, int32_t id) {
   return [w](const Values& v, at::Tensor*) { return v[w]; };  // the reverse: the weight itself
 }
 
-ir::Graph absorb_bias_adds(const ir::Graph& graph, const std::vector<bool>& keep, BiasDims& bias_dims) {
+ir::Graph absorb_bias_adds(const ir::Graph& graph, const std::vector<bool>& keep, ProductForms& forms) {
   const std::vector<int32_t> readers = reader_counts(graph);
   std::vector<std::pair<int32_t, int32_t>> rewrite;  // (add node, its product operand), in node order
   for (int32_t i = 0; i < graph.size(); ++i) {
@@ -682,7 +658,7 @@ ir::Graph absorb_bias_adds(const ir::Graph& graph, const std::vector<bool>& keep
                         std::is_sorted(en.iattrs.begin(), en.iattrs.end(), std::less_equal<>());  // increasing
       if (product && bias) {
         rewrite.emplace_back(i, d);
-        bias_dims[i] = en.iattrs;
+        forms[i].bias_dims = en.iattrs;
         break;
       }
     }
@@ -705,13 +681,12 @@ ir::Graph absorb_bias_adds(const ir::Graph& graph, const std::vector<bool>& keep
   return out;
 }
 
-Kernel make_biased_dot_kernel(const ir::Graph& g, int32_t id, const std::vector<int64_t>& bias_dims) {
-  return dot_general_kernel(g, g.node(id), &bias_dims);
+Kernel make_product_kernel(const ir::Graph& g, int32_t id, const ProductForm& form) {
+  return dot_general_kernel(g, g.node(id), form);
 }
 
-ProductLayouts product_layouts(const ir::Graph& graph, const std::vector<bool>& keep) {
+void product_layouts(const ir::Graph& graph, const std::vector<bool>& keep, ProductForms& forms) {
   const std::vector<int32_t> readers = reader_counts(graph);
-  ProductLayouts layouts;
   for (int32_t i = 0; i < graph.size(); ++i) {
     const ir::Node& t = graph.node(i);
     if (t.kind != OpKind::kTranspose) continue;
@@ -726,13 +701,8 @@ ProductLayouts product_layouts(const ir::Graph& graph, const std::vector<bool>& 
     // Batched matrix products (one free dim per side) whose rows stay unit-stride in the order.
     const bool batched = nb > 0 && nc == 1 && rank == nb + 2 && graph.node(n.operands[0]).shape.size() == nb + 2 &&
                          graph.node(n.operands[1]).shape.size() == nb + 2;
-    if (batched && t.iattrs.back() == static_cast<int64_t>(rank) - 1) layouts[p] = t.iattrs;
+    if (batched && t.iattrs.back() == static_cast<int64_t>(rank) - 1) forms[p].order = t.iattrs;
   }
-  return layouts;
-}
-
-Kernel make_laid_out_dot_kernel(const ir::Graph& g, int32_t id, const std::vector<int64_t>& order) {
-  return dot_general_kernel(g, g.node(id), nullptr, &order);
 }
 
 Kernel make_contract_kernel(const ir::Graph& g, int32_t id) {

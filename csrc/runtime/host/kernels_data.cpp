@@ -21,7 +21,6 @@ int64_t clamp_start(const at::Tensor& start, int64_t n, int64_t size) {
   return std::clamp<int64_t>(start.item<int64_t>(), 0, n - size);
 }
 
-// gather/scatter index range check: an index outside [0, n) is a user-visible IndexError.
 // Smallest and largest of an int64 index of n values along dim 0 (1-d, or a column [n, 1]),
 // read in place (no ATen reduction: see strided_copy.h).
 std::pair<int64_t, int64_t> index_range(const at::Tensor& index) {
@@ -35,6 +34,7 @@ std::pair<int64_t, int64_t> index_range(const at::Tensor& index) {
   return {mn, mx};
 }
 
+// gather/scatter index range check: an index outside [0, n) is a user-visible IndexError.
 void check_index(const char* op, const at::Tensor& index, const at::Tensor& x, int64_t axis) {
   if (index.numel() == 0) return;
   int64_t n = x.dim() == 0 ? 1 : x.size(axis);
@@ -107,11 +107,7 @@ at::Tensor add_rows_at(const at::Tensor& x, const at::Tensor& rows, const at::Te
     float* __restrict d = dst + idx[i * step] * width;
     const float* __restrict s = src + i * us0;
     if (us1 == 1) {
-      const int64_t w8 = width / 8 * 8;  // groups of 8 vectorize at -O2 (see kernels_contract.cpp)
-      for (int64_t j = 0; j < w8; j += 8) {
-        for (int k = 0; k < 8; ++k) d[j + k] += s[j + k];
-      }
-      for (int64_t j = w8; j < width; ++j) d[j] += s[j];
+      add_into(d, s, width);
     } else {
       for (int64_t j = 0; j < width; ++j) d[j] += s[j * us1];
     }
