@@ -28,6 +28,7 @@ from .runtime_info import (  # noqa: E402
     set_debug_fusion,
     set_fallback,
     sync,
+    wait_native_kernels,
 )
 
 
@@ -42,4 +43,5 @@ __version__ = "0.1.0"
 
 
 __all__ = ["get_mode", "set_mode", "mode", "metrics", "reset_metrics", "set_fallback", "fallback_enabled",
-           "sync", "env_vars", "set_debug_fusion", "cache_stats", "compile"]
+           "sync", "env_vars", "set_debug_fusion", "cache_stats", "compile",
+           "wait_native_kernels"]

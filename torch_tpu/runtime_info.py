@@ -19,7 +19,10 @@ def metrics() -> dict[str, Any]:
     runtime's cache of program intermediates (bytes live and cached, requests served from the
     cache and from new memory; TORCH_TPU_HOST_SCRATCH_CACHE); ``host_threads`` counts kernels
     the host runtime split across threads and the work items (program steps, kernel parts) that
-    threads blocked in a wait ran for a stream's worker (TORCH_TPU_HOST_HELP_SPIN_US)."""
+    threads blocked in a wait ran for a stream's worker (TORCH_TPU_HOST_HELP_SPIN_US);
+    ``native_kernels`` is the host runtime's native tier for fused clusters (kernels requested,
+    loaded and failed, background compiler seconds, the last failure;
+    TORCH_TPU_NATIVE_KERNELS)."""
     from .compile import stats as compile_stats
 
     out = _C._metrics()
@@ -28,7 +31,25 @@ def metrics() -> dict[str, Any]:
     out["compile"] = compile_stats()
     out["host_scratch"] = _C._host_scratch_stats()
     out["host_threads"] = _C._host_thread_stats()
+    out["native_kernels"] = _C._native_kernel_stats()
     return out
+
+
+def wait_native_kernels(timeout: float = 120.0) -> bool:
+    """Wait until every native kernel fused clusters have asked for so far is compiled and
+    loaded, or has failed (TORCH_TPU_NATIVE_KERNELS: hot clusters are compiled to C++ on a
+    background thread). True if none is still compiling. For benchmarks and tests that want the
+    steady state: runs never wait for a kernel themselves."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        s = _C._native_kernel_stats()
+        if s["loaded"] + s["failed"] >= s["requested"]:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
 
 
 def reset_metrics() -> None:

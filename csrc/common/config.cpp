@@ -77,6 +77,12 @@ const std::vector<EnvVar>& registry() {
        "runs, 256 KiB and larger) kept for reuse by later programs, so a training loop does not "
        "page fresh memory in every step: bytes or a size with a unit. `0` returns every one to "
        "the system. torch.tpu.empty_cache() releases them."},
+      {"TORCH_TPU_NATIVE_KERNELS", "64",
+       "Host runtime: after how many runs a fused cluster gets a native kernel (C++ generated from "
+       "its tile program that keeps each element's chain of arithmetic in vector registers, "
+       "compiled in the background by the C++ compiler `CXX`, default `c++`, and loaded with "
+       "dlopen; the cluster is interpreted until then, with the same bits). `0` or `off`: "
+       "interpret always; `sync`: compile at a cluster's first run and wait (tests)."},
       {"TORCH_TPU_HOST_KERNEL_THREADS", "2",
        "Threads (the calling one included, at most the number of CPUs) that a large elementwise "
        "kernel (at least 128K elements) or fused cluster (elements times half its instruction "

@@ -13,6 +13,7 @@
 #include "python/bindings.h"
 #include "python/ir_convert.h"
 #include "runtime/host/kernel_threads.h"
+#include "runtime/host/native_kernels.h"
 #include "runtime/host/scratch_allocator.h"
 
 namespace py = pybind11;
@@ -192,6 +193,16 @@ void init_exec_bindings(py::module_& m) {
     py::dict d;
     d["kernel_splits"] = runtime::host::splits_with_helpers();
     d["waiting_thread_work"] = runtime::host::work_run_by_waiting_threads();
+    return d;
+  });
+  m.def("_native_kernel_stats", [] {
+    const runtime::host::NativeTierStats st = runtime::host::native_tier_stats();
+    py::dict d;
+    d["requested"] = st.requested;
+    d["loaded"] = st.loaded;
+    d["failed"] = st.failed;
+    d["compile_seconds"] = static_cast<double>(st.compile_ns) / 1e9;
+    d["last_error"] = st.last_error;
     return d;
   });
   m.def("_host_scratch_stats", [] {

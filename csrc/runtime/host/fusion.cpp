@@ -23,72 +23,24 @@
 #include "runtime/host/column_sums.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
+#include "runtime/host/native_kernels.h"
+#include "runtime/host/tile_ops.h"
 
 namespace torch_tpu::runtime::host {
+
+bool avx512_lanes() {
+#if defined(__x86_64__)
+  static const bool yes = __builtin_cpu_supports("avx512f") && at::get_cpu_capability() == "AVX512";
+  return yes;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 using ir::DType;
 using ir::OpKind;
-
-// Tile operations. Unary ops read a; binary a, b; select a ? b : c.
-enum Op : uint8_t {
-  kCopy,
-  kNeg,
-  kAbs,
-  kSign,
-  kFloor,
-  kCeil,
-  kRound,
-  kTrunc,
-  kExp,
-  kExpm1,
-  kLog,
-  kLog1p,
-  kSqrt,
-  kRsqrt,
-  kCbrt,
-  kSin,
-  kCos,
-  kTan,
-  kTanh,
-  kAsin,
-  kAcos,
-  kAtan,
-  kSinh,
-  kCosh,
-  kAsinh,
-  kAcosh,
-  kAtanh,
-  kLogistic,
-  kErf,
-  kLgamma,
-  kNotBool,
-  kIsFinite,
-  kToBool,
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kRem,
-  kPow,
-  kMax,
-  kMin,
-  kAtan2,
-  kAnd,
-  kOr,
-  kXor,
-  kEq,
-  kNe,
-  kLt,
-  kLe,
-  kGt,
-  kGe,
-  kSelect,
-  kRowSum,  // row clusters: a's row reduced, broadcast over d's row
-  kRowMax,
-  kRowMin,
-  kNoOp  // not an op: "not fusible"
-};
 
 // Dtypes whose values the float tile buffers hold exactly.
 bool exact(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kBool; }
@@ -267,14 +219,6 @@ TPU_AVX2_CLONES void exec_op(uint8_t op, float* __restrict d, const float* __res
 }
 
 #if defined(__x86_64__)
-// Whether clusters compute 16 lanes at a time (the tile loops below and SLEEF's 16-wide
-// functions): where ATen runs its AVX512 kernels, so ATEN_CPU_CAPABILITY=avx2 selects 8 lanes
-// for both, as it does for ATen.
-bool avx512_lanes() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && at::get_cpu_capability() == "AVX512";
-  return yes;
-}
-
 // The tile loops 16 lanes at a time: the ops here are IEEE-exact or scalar library calls, so
 // the bits are those of the 8-lane loops.
 [[gnu::target("avx512f")]] void exec_op_avx512(uint8_t op, float* __restrict d, const float* __restrict a,
@@ -1107,6 +1051,48 @@ std::optional<at::MemoryFormat> Cluster::walk_format(const std::vector<at::Tenso
   return std::nullopt;
 }
 
+namespace {
+// One per-tile instruction of a tile of n elements (rows of `row` elements): the interpreter's
+// step, also called back by native kernels for the instructions they leave to it.
+struct TileStep {
+  const Cluster::Instr* program;
+  float* const* slot_ptr;
+  int64_t n, row;
+  bool use_sleef;
+
+  void operator()(int32_t k) const {
+    const Cluster::Instr& in = program[k];
+    auto slot = [p = slot_ptr](int16_t s) { return s < 0 ? nullptr : p[s]; };
+    const int64_t n8 = (n + 7) / 8 * 8, rows = n / row, rows8 = (rows + 7) / 8 * 8;
+    if (in.op >= kRowSum && in.op <= kRowMin) {
+      exec_row(in.op, slot(in.dst), slot(in.a), n, row);
+    } else if (in.expand) {  // a per-row value back over its rows
+      const float* a = slot(in.a);
+      float* d = slot(in.dst);
+      for (int64_t r = 0; r < rows; ++r) std::fill_n(d + r * row, row, a[r]);
+    } else if (in.rows) {
+      exec_instr(in, slot, rows, rows8, use_sleef);
+    } else {
+      exec_instr(in, slot, n, n8, use_sleef);
+    }
+  }
+  static void run(void* self, int32_t k) { (*static_cast<const TileStep*>(self))(k); }
+};
+}  // namespace
+
+NativeTileFn Cluster::native_fn() const {
+  if (NativeKernel* k = native_.kernel.load(std::memory_order_acquire)) return k->get();
+  const NativeTierPolicy& policy = native_tier_policy();
+  if (!policy.enabled || native_.runs.load(std::memory_order_relaxed) >= policy.hot_runs) return nullptr;
+  // Exactly one run (the hot_runs-th) asks; the others interpret until the kernel is loaded.
+  if (native_.runs.fetch_add(1, std::memory_order_relaxed) + 1 != policy.hot_runs) return nullptr;
+  const std::string source = native_source(policy.lanes);
+  NativeKernel* k = source.empty() ? nullptr : native_kernel(source);
+  if (k == nullptr) return nullptr;
+  native_.kernel.store(k, std::memory_order_release);
+  return k->get();
+}
+
 void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*>& outs) const {
   // Walk order: row-major over the shape, or channels-last's memory order (N, spatial..., C).
   const std::optional<at::MemoryFormat> walk = walk_format(values);
@@ -1199,6 +1185,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   }
 
   const bool use_sleef = sleef().unary[kExp] != nullptr;
+  const NativeTileFn native = native_fn();
   // A column sum adds its rows per tile when the walk visits the member as [rows, kept]: kept
   // dims trailing in a row-major walk, the channels in a channels-last one. Otherwise its
   // member goes to a scratch tensor in walk order, summed after the tiles.
@@ -1275,7 +1262,7 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
           load(in_acc[i], start, n, slot_ptr[s]);
         }
       }
-      const int64_t rows = n / row, rows8 = (rows + 7) / 8 * 8;
+      const int64_t rows = n / row;
       const bool whole = start + n8 <= numel_;
       for (size_t j = 0; j < stores_.size(); ++j) {
         if (!store_in_place[j]) continue;
@@ -1283,18 +1270,12 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
         slot_ptr[s] = whole ? reinterpret_cast<float*>(out_acc[j].base) + start : buf + s * stride;
       }
       // Lanes past n hold stale data from earlier tiles or runs (or zeros): computed, never stored.
-      for (const Instr& in : program_) {
-        if (in.invariant) continue;
-        if (in.op >= kRowSum && in.op <= kRowMin) {
-          exec_row(in.op, slot(in.dst), slot(in.a), n, row);
-        } else if (in.expand) {  // a per-row value back over its rows
-          const float* a = slot(in.a);
-          float* d = slot(in.dst);
-          for (int64_t r = 0; r < rows; ++r) std::fill_n(d + r * row, row, a[r]);
-        } else if (in.rows) {
-          exec_instr(in, slot, rows, rows8, use_sleef);
-        } else {
-          exec_instr(in, slot, n, n8, use_sleef);
+      TileStep tile_step{program_.data(), slot_ptr, n, row, use_sleef};
+      if (native != nullptr) {
+        native(slot_ptr, n8, &TileStep::run, &tile_step);
+      } else {
+        for (size_t k = 0; k < program_.size(); ++k) {
+          if (!program_[k].invariant) tile_step(static_cast<int32_t>(k));
         }
       }
       if (total_slot_ >= 0) {

@@ -73,6 +73,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -81,6 +82,7 @@
 
 #include "ir/graph.h"
 #include "runtime/host/column_sums.h"
+#include "runtime/host/native_kernels.h"
 
 namespace torch_tpu::runtime::host {
 
@@ -98,6 +100,11 @@ inline constexpr int64_t kMaxRow = 8192;
 // Elements per block of a total sum (total_sum): a tile of a cluster ending in one divides it.
 inline constexpr int64_t kSumBlock = 1024;
 static_assert(kSumBlock % kMaxTile == 0, "a total sum's tiles (powers of two up to kMaxTile) divide its blocks");
+
+// Whether clusters compute 16 lanes at a time (the tile loops, SLEEF's 16-wide functions and
+// native kernels): where ATen runs its AVX512 kernels, so ATEN_CPU_CAPABILITY=avx2 selects 8
+// lanes for all of them, as it does for ATen.
+bool avx512_lanes();
 
 // Whether node `id` may be a cluster member: an elementwise op (unary, binary, compare, select,
 // convert) or broadcast_in_dim whose dtypes the tile engine computes exactly (see above), with
@@ -219,6 +226,11 @@ class Cluster {
   // "shape [..] f32, tile 1024: %3 add, %4 tanh, ...; inputs %0 %1; stores %5".
   std::string describe() const;
 
+  // The body of this cluster's native tile kernel (native_kernels.h) for vectors of `lanes`
+  // floats, its name written NATIVE_TILE_FN; "" when no two arithmetic instructions in a row
+  // could share registers (nothing to gain). Defined in native_codegen.cpp.
+  std::string native_source(int lanes) const;
+
   // Tile program (public for the implementation's helpers; not an interface).
   struct Input {
     int32_t node;                // external value read
@@ -292,6 +304,19 @@ class Cluster {
   std::vector<std::pair<int16_t, float>> splats_;  // slot, value: constants
   std::vector<Instr> program_;
   std::vector<Store> stores_;
+
+  // The native tier (native_kernels.h): runs counted until the cluster is hot, then its kernel.
+  // Copying a cluster (while fusion builds it) starts the count afresh.
+  struct NativeState {
+    std::atomic<int64_t> runs{0};
+    std::atomic<NativeKernel*> kernel{nullptr};
+    NativeState() = default;
+    NativeState(const NativeState&) {}
+    NativeState& operator=(const NativeState&) { return *this; }
+  };
+  mutable NativeState native_;
+  // Counts a run; the loaded native kernel, or null (interpret this run).
+  NativeTileFn native_fn() const;
 };
 
 template <typename Pred>
