@@ -200,6 +200,7 @@ void init_exec_bindings(py::module_& m) {
     py::dict d;
     d["requested"] = st.requested;
     d["loaded"] = st.loaded;
+    d["from_disk"] = st.from_disk;
     d["failed"] = st.failed;
     d["compile_seconds"] = static_cast<double>(st.compile_ns) / 1e9;
     d["last_error"] = st.last_error;

@@ -104,7 +104,8 @@ def run_workload(tmp_path: Path, tag: str, native: str, mode: str = "fused", rep
     out, stats = tmp_path / f"{tag}.pt", tmp_path / f"{tag}.json"
     script = tmp_path / "workload.py"
     script.write_text(WORKLOAD)
-    full_env = dict(os.environ, TORCH_TPU_NATIVE_KERNELS=native, TORCH_TPU_CACHE_DIR="off", **(env or {}))
+    full_env = dict(os.environ, TORCH_TPU_NATIVE_KERNELS=native, TORCH_TPU_CACHE_DIR="off")
+    full_env.update(env or {})
     proc = subprocess.run([sys.executable, str(script), str(out), str(stats), mode, str(repeats)], env=full_env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -156,3 +157,13 @@ def test_without_a_compiler_clusters_keep_interpreting(tmp_path, interpreted):
     assert "/nonexistent/c++" in stats["last_error"]
     assert stderr.count("native kernels for fused clusters are unavailable") == 1, stderr[-2000:]
     assert_same_bits(results, interpreted)
+
+
+def test_a_second_process_loads_the_kernels_from_the_disk_tier(tmp_path, interpreted):
+    cache = {"TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")}
+    first, stats1, _ = run_workload(tmp_path, "disk1", "sync", env=cache)
+    second, stats2, _ = run_workload(tmp_path, "disk2", "sync", env=cache)
+    assert stats1["from_disk"] == 0 and stats1["loaded"] >= 10, stats1
+    assert stats2["from_disk"] == stats2["loaded"] == stats1["loaded"] and stats2["compile_seconds"] == 0, stats2
+    assert_same_bits(first, interpreted)
+    assert_same_bits(second, interpreted)

@@ -9,12 +9,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,7 +85,8 @@ typedef void (*Step)(void*, int);
 
 }  // namespace
 
-// Owns every kernel asked for (never freed: a cluster holds a plain pointer) and compiles them.
+// Owns every kernel asked for (never freed: a cluster holds a plain pointer), and loads or
+// compiles each on a background thread (on the caller's when the policy is synchronous).
 class NativeCompiler {
  public:
   static NativeCompiler& get() {
@@ -89,26 +94,24 @@ class NativeCompiler {
     return *c;
   }
 
-  NativeKernel* request(const std::string& source) {
+  NativeKernel* request(const std::string& body) {
     std::unique_lock<std::mutex> lock(mu_);
-    auto [it, fresh] = kernels_.try_emplace(source);
+    auto [it, fresh] = kernels_.try_emplace(body);
     if (!fresh) return it->second.get();
     it->second = std::make_unique<NativeKernel>();
-    NativeKernel* k = it->second.get();
     ++stats_.requested;
-    Job job{k, "tpu_native_" + std::to_string(stats_.requested), source};
+    Job job = make_job(it->second.get(), body);
     if (native_tier_policy().synchronous) {
-      std::vector<Job> one{std::move(job)};
-      compile(one, lock);
-      return k;
+      process(job, lock);
+    } else {
+      queue_.push_back(std::move(job));
+      if (!worker_started_) {
+        worker_started_ = true;
+        std::thread([this] { work(); }).detach();
+      }
+      cv_.notify_one();
     }
-    queue_.push_back(std::move(job));
-    if (!worker_started_) {
-      worker_started_ = true;
-      std::thread([this] { work(); }).detach();
-    }
-    cv_.notify_one();
-    return k;
+    return it->second.get();
   }
 
   NativeTierStats stats() {
@@ -116,76 +119,118 @@ class NativeCompiler {
     return stats_;
   }
 
+  void set_store(NativeKernelStore store) {
+    std::lock_guard<std::mutex> g(mu_);
+    store_ = std::move(store);
+  }
+
  private:
   struct Job {
     NativeKernel* kernel;
-    std::string name;
-    std::string source;  // the body, its name written NATIVE_TILE_FN
+    std::string name;    // tpu_native_<hash of the body>: the same in every process
+    std::string source;  // the whole file: prelude and the named function
+    std::vector<int64_t> key;
   };
+
+  static Job make_job(NativeKernel* kernel, const std::string& body) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across processes, unlike std::hash
+    for (unsigned char c : body) h = (h ^ c) * 0x100000001b3ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    Job job{kernel, std::string("tpu_native_") + hex, kPrelude, {}};
+    std::string named = body;
+    for (size_t p; (p = named.find("NATIVE_TILE_FN")) != std::string::npos;) named.replace(p, 14, job.name);
+    job.source += named;
+    // The disk tier's key: a tag, the lane width, then the whole source, 8 bytes a word (the
+    // tier compares every word, so two sources never share an entry).
+    job.key = {0x4e41544956454b31LL /* "NATIVEK1" */, native_tier_policy().lanes,
+               static_cast<int64_t>(job.source.size())};
+    for (size_t i = 0; i < job.source.size(); i += 8) {
+      int64_t w = 0;
+      std::memcpy(&w, job.source.data() + i, std::min<size_t>(8, job.source.size() - i));
+      job.key.push_back(w);
+    }
+    return job;
+  }
 
   void work() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] { return !queue_.empty(); });
-      // Everything asked for so far in one file: one compiler start-up for a program's clusters.
-      std::vector<Job> batch(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
-      queue_.clear();
-      compile(batch, lock);
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      process(job, lock);
     }
   }
 
-  // Compiles and loads `batch`; `lock` (on mu_) is released while the compiler runs.
-  void compile(std::vector<Job>& batch, std::unique_lock<std::mutex>& lock) {
+  // Loads the kernel from the disk tier or compiles it (storing the library there);
+  // `lock` (on mu_) is released meanwhile.
+  void process(const Job& job, std::unique_lock<std::mutex>& lock) {
+    const NativeKernelStore store = store_;
     lock.unlock();
-    const auto t0 = std::chrono::steady_clock::now();
     std::string error;
-    void* lib = build(batch, error);
-    const int64_t ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    bool from_disk = false;
+    void* lib = nullptr;
+    if (store.load) {
+      if (std::optional<std::string> bytes = store.load(job.key)) {
+        std::string ignored;  // an unusable stored library is compiled afresh (and replaced)
+        lib = load_library(*bytes, ignored);
+        from_disk = lib != nullptr;
+      }
+    }
+    int64_t ns = 0;
+    if (lib == nullptr) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::string bytes = compile(job.source, error);
+      ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      if (!bytes.empty()) {
+        lib = load_library(bytes, error);
+        if (lib != nullptr && store.store) store.store(job.key, bytes);
+      }
+    }
+    auto fn = lib != nullptr ? reinterpret_cast<NativeTileFn>(dlsym(lib, job.name.c_str())) : nullptr;
+    if (lib != nullptr && fn == nullptr) error = "symbol " + job.name + " missing from the compiled kernel";
     lock.lock();
     stats_.compile_ns += ns;
-    for (Job& j : batch) {
-      auto fn = lib != nullptr ? reinterpret_cast<NativeTileFn>(dlsym(lib, j.name.c_str())) : nullptr;
-      if (fn == nullptr && error.empty()) error = "symbol " + j.name + " missing from the compiled kernels";
-      if (fn != nullptr) {
-        j.kernel->fn_.store(fn, std::memory_order_release);
-        ++stats_.loaded;
-      } else {
-        ++stats_.failed;
-      }
+    if (fn != nullptr) {
+      job.kernel->fn_.store(fn, std::memory_order_release);
+      ++stats_.loaded;
+      stats_.from_disk += from_disk ? 1 : 0;
+      return;
     }
-    if (!error.empty()) {
-      stats_.last_error = error;
-      if (!warned_) {
-        warned_ = true;
-        TORCH_WARN("torch_tpu: native kernels for fused clusters are unavailable (", error,
-                   "); clusters keep running through the interpreter. TORCH_TPU_NATIVE_KERNELS=0 turns the "
-                   "native tier off.");
-      }
+    ++stats_.failed;
+    stats_.last_error = error;
+    if (!warned_) {
+      warned_ = true;
+      TORCH_WARN("torch_tpu: native kernels for fused clusters are unavailable (", error,
+                 "); clusters keep running through the interpreter. TORCH_TPU_NATIVE_KERNELS=0 turns the "
+                 "native tier off.");
     }
   }
 
-  // Writes the batch's source, runs the compiler, dlopens the result (files removed after).
-  static void* build(const std::vector<Job>& batch, std::string& error) {
-    namespace fs = std::filesystem;
+  // A fresh temporary directory (removed by the caller), or "" with `error` set.
+  static std::string temp_dir(std::string& error) {
     std::error_code ec;
-    std::string pattern = (fs::temp_directory_path(ec) / "torch_tpu_native_XXXXXX").string();
+    std::string pattern = (std::filesystem::temp_directory_path(ec) / "torch_tpu_native_XXXXXX").string();
     if (ec || mkdtemp(pattern.data()) == nullptr) {
       error = "no temporary directory for the compiler";
-      return nullptr;
+      return "";
     }
-    const fs::path dir(pattern), src = dir / "kernels.cpp", lib = dir / "kernels.so", log = dir / "compiler.log";
+    return pattern;
+  }
+
+  // Runs the compiler on `source`: the shared library's bytes, or "" with `error` set.
+  static std::string compile(const std::string& source, std::string& error) {
+    namespace fs = std::filesystem;
+    const std::string dir_name = temp_dir(error);
+    if (dir_name.empty()) return "";
+    const fs::path dir(dir_name), src = dir / "kernel.cpp", lib = dir / "kernel.so", log = dir / "compiler.log";
+    std::string bytes;
     {
       std::ofstream out(src);
-      out << kPrelude;
-      for (const Job& j : batch) {
-        std::string body = j.source;
-        for (size_t p; (p = body.find("NATIVE_TILE_FN")) != std::string::npos;) body.replace(p, 14, j.name);
-        out << body;
-      }
+      out << source;
       if (!out) error = "cannot write " + src.string();
     }
-    void* handle = nullptr;
     if (error.empty()) {
       const char* env_cxx = std::getenv("CXX");
       const std::string cxx = env_cxx != nullptr && *env_cxx != '\0' ? env_cxx : "c++";
@@ -222,12 +267,35 @@ class NativeCompiler {
         std::string first;
         std::getline(in, first);
         error = "'" + cxx + "' failed: " + first;
-      } else if ((handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL)) == nullptr) {
-        const char* why = dlerror();
-        error = std::string("cannot load the compiled kernels: ") + (why != nullptr ? why : "?");
+      } else {
+        std::ifstream in(lib, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        if (bytes.empty()) error = "the compiler wrote no library";
       }
     }
-    fs::remove_all(dir, ec);  // a loaded library stays mapped
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return bytes;
+  }
+
+  // dlopens a library from its bytes (through a temporary file, removed once it is mapped).
+  static void* load_library(const std::string& bytes, std::string& error) {
+    namespace fs = std::filesystem;
+    const std::string dir_name = temp_dir(error);
+    if (dir_name.empty()) return nullptr;
+    const fs::path path = fs::path(dir_name) / "kernel.so";
+    void* handle = nullptr;
+    {
+      std::ofstream out(path, std::ios::binary);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      if (!out) error = "cannot write " + path.string();
+    }
+    if (error.empty() && (handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) == nullptr) {
+      const char* why = dlerror();
+      error = std::string("cannot load the compiled kernel: ") + (why != nullptr ? why : "?");
+    }
+    std::error_code ec;
+    fs::remove_all(dir_name, ec);  // a loaded library stays mapped
     return handle;
   }
 
@@ -235,6 +303,7 @@ class NativeCompiler {
   std::condition_variable cv_;
   std::unordered_map<std::string, std::unique_ptr<NativeKernel>> kernels_;
   std::deque<Job> queue_;
+  NativeKernelStore store_;
   bool worker_started_ = false;
   bool warned_ = false;
   NativeTierStats stats_;
@@ -246,5 +315,7 @@ NativeKernel* native_kernel(const std::string& source) {
 }
 
 NativeTierStats native_tier_stats() { return NativeCompiler::get().stats(); }
+
+void set_native_kernel_store(NativeKernelStore store) { NativeCompiler::get().set_store(std::move(store)); }
 
 }  // namespace torch_tpu::runtime::host

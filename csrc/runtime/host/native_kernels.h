@@ -12,12 +12,18 @@
 // may switch tiers between any two tiles.
 //
 // Kernels are shared by source text: clusters with the same program (a GELU in every layer)
-// compile once per process. Kernels are never unloaded.
+// compile once per process, and each compiled library is kept in the program cache's disk
+// tier (keyed by its whole source), so later processes load instead of compiling. Kernels are
+// never unloaded.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace torch_tpu::runtime::host {
 
@@ -50,9 +56,19 @@ const NativeTierPolicy& native_tier_policy();
 // for (compiled before returning when the policy is synchronous). Null when the tier is off.
 NativeKernel* native_kernel(const std::string& source);
 
+// Where compiled kernels persist between processes: the program cache's disk tier, wired in
+// by the layer that configures it (python/cache_bindings.cpp). `load` returns the shared
+// library stored under a key (the kernel's whole source as words) or nothing; `store` keeps one.
+struct NativeKernelStore {
+  std::function<std::optional<std::string>(const std::vector<int64_t>& key)> load;
+  std::function<void(const std::vector<int64_t>& key, std::string_view library)> store;
+};
+void set_native_kernel_store(NativeKernelStore store);
+
 struct NativeTierStats {
   int64_t requested = 0;   // distinct kernels asked for
-  int64_t loaded = 0;      // compiled and loaded
+  int64_t loaded = 0;      // compiled (or read from the disk tier) and loaded
+  int64_t from_disk = 0;   // of those, read from the disk tier
   int64_t failed = 0;      // kernels whose compilation failed (they keep interpreting)
   int64_t compile_ns = 0;  // wall time of the compiler runs (background)
   std::string last_error;  // the last failure's reason ("" if none)
