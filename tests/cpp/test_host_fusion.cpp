@@ -6,9 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <thread>
@@ -935,6 +936,35 @@ TEST(HostFusion, TimingReport) {
       std::printf("[ timing ] %s, 1M f32, fusion %s: %.0f us/run (%d steps)\n",
                   with_tanh ? "x*2+1 -> tanh -> *y" : "(x*2+1)*y-x", fuse ? "on " : "off", best, exe.stats().steps);
       if (fuse && with_tanh) std::printf("%s", exe.describe().c_str());
+    }
+  }
+}
+
+// row_sums' order (fusion.h) spelled out one scalar add at a time: 32 lanes from +0, lane j
+// adding elements j, j + 32, ... in sequence, then lanes pairwise (j += j + 16, + 8, + 4, + 2,
+// + 1). Every row length up to three groups and a bit, short rows (the usual 8, 16, 24) and
+// rows summing to zero or holding -0 included, must give these bits.
+TEST(HostFusion, RowSumsFollowTheDocumentedLaneOrder) {
+  auto reference = [](const float* x, int64_t m) {
+    float lanes[32] = {};
+    for (int64_t i = 0; i < m; ++i) lanes[i % 32] += x[i];
+    for (int w = 16; w >= 1; w /= 2) {
+      for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
+    }
+    return lanes[0];
+  };
+  for (int64_t m = 1; m <= 100; ++m) {
+    at::Tensor x = at::randn({3, m}) * 1e3;
+    x[1].fill_(-0.0);
+    x[2].narrow(0, 0, m / 2 * 2)
+        .view({-1, 2})
+        .select(1, 1)
+        .copy_(-x[2].narrow(0, 0, m / 2 * 2).view({-1, 2}).select(1, 0));
+    std::vector<float> got(3);
+    row_sums(x.const_data_ptr<float>(), 3, m, got.data());
+    for (int64_t r = 0; r < 3; ++r) {
+      const float want = reference(x.const_data_ptr<float>() + r * m, m);
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[r]), std::bit_cast<uint32_t>(want)) << "m " << m << " row " << r;
     }
   }
 }

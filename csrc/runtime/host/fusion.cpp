@@ -263,7 +263,20 @@ struct LaneSums {
     s.a2 += v2;
     s.a3 += v3;
   }
-  if (i < m) {
+  if (i < m && (m - i) % 8 == 0) {
+    // The usual short rows (8, 16, 24 elements left): the zero-padded groups below without the
+    // detour through a stack buffer (a store-to-load stall per row: rows of 16 took 25 ns each).
+    const RowVec zero = {};
+    std::memcpy(&v0, x + i, sizeof(RowVec));
+    v1 = zero;
+    v2 = zero;
+    if (m - i >= 16) std::memcpy(&v1, x + i + 8, sizeof(RowVec));
+    if (m - i >= 24) std::memcpy(&v2, x + i + 16, sizeof(RowVec));
+    s.a0 += v0;
+    s.a1 += v1;
+    s.a2 += v2;
+    s.a3 += zero;
+  } else if (i < m) {
     float tail[32] = {};
     std::memcpy(tail, x + i, static_cast<size_t>(m - i) * sizeof(float));
     std::memcpy(&v0, tail, sizeof(RowVec));
@@ -303,8 +316,10 @@ TPU_AVX2_CLONES void lane_sums_add_tile(LaneSums& s, const float* __restrict x, 
 TPU_AVX2_CLONES void exec_row(uint8_t op, float* __restrict d, const float* __restrict a, int64_t n, int64_t m) {
   for (int64_t r0 = 0, r = 0; r0 < n; r0 += m, ++r) {
     const float* x = a + r0;
-    if (op == kRowSum) {
-      d[r] = row_sum_one(x, m);
+    if (op == kRowSum) {  // row_sum_one's order, inlined (a call per row went through the clone's resolver)
+      LaneSums s;
+      lane_sums_add(s, x, m);
+      d[r] = lane_sums_finish(s);
       continue;
     }
     const float init = op == kRowMax ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();

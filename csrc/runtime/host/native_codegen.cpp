@@ -4,10 +4,11 @@
 // generated code computes exactly (IEEE single operations, compares, selects, bit operations);
 // each segment becomes one loop over the tile's lanes that keeps its values in registers,
 // loading what it reads from the slots and storing only the slots read after it. Everything
-// else (SLEEF and MKL functions, pow, bf16/f16 rounding, row reductions, arithmetic on per-row
-// values) stays an interpreter instruction, called back between segments, so a tile's bits do
-// not depend on the tier that ran it. A per-row value broadcast back over its row is read in
-// place by the segment that uses it.
+// else (SLEEF and MKL functions, pow, bf16/f16 rounding, row reductions) stays an interpreter
+// instruction, called back between segments, so a tile's bits do not depend on the tier that
+// ran it. A per-row value broadcast back over its row is read in place by the segment that
+// uses it, and arithmetic on per-row values (a mean, a variance's rsqrt) runs in segments of
+// one lane per row.
 #include <cstdint>
 #include <set>
 #include <string>
@@ -84,10 +85,14 @@ int arity(uint8_t op) {
   return op >= kAdd ? 2 : 1;
 }
 
-bool native_arithmetic(const Cluster::Instr& in) {
-  return !in.invariant && !in.pow_scalar && in.round == 0 && !in.rows && !in.expand &&
-         !native_expr(in.op, "x", "y", "z").empty();
+// An instruction whose op the generated code computes (over the tile's lanes, or over one lane
+// per row for instructions on per-row values).
+bool exact_op(const Cluster::Instr& in) {
+  return !in.invariant && !in.pow_scalar && in.round == 0 && !in.expand && !native_expr(in.op, "x", "y", "z").empty();
 }
+
+// How a per-tile instruction runs in the generated code.
+enum Kind { kCallBack, kTileLanes, kRowLanes };
 
 }  // namespace
 
@@ -113,7 +118,12 @@ std::string Cluster::native_source(int lanes) const {
   // A per-row value broadcast back over its row is read where it lies when no vector straddles
   // two rows (rows of a multiple of the lanes; tiles start at a row).
   const bool native_expand = row_ % lanes == 0;
-  auto native_instr = [&](const Instr& in) { return native_arithmetic(in) || (in.expand && native_expand); };
+  auto kind_of = [&](const Instr& in) {
+    if ((exact_op(in) && !in.rows) || (in.expand && native_expand)) return kTileLanes;
+    // Arithmetic on per-row values: one lane per row, when every tile's rows fill its n8 lanes.
+    if (exact_op(in) && in.rows && row_ % 8 == 0) return kRowLanes;
+    return kCallBack;
+  };
   std::string body, prologue;
   std::set<int16_t> pointers, scalars;
   bool worth_it = false;
@@ -124,12 +134,13 @@ std::string Cluster::native_source(int lanes) const {
       ++k;
       continue;
     }
-    if (!native_instr(first)) {
+    const Kind kind = kind_of(first);
+    if (kind == kCallBack) {
       body += "  step(ctx, " + std::to_string(k) + ");\n";
       ++k;
       continue;
     }
-    // A segment: per-tile native instructions from k (invariant ones in between are skipped).
+    // A segment: per-tile instructions of one kind from k (invariant ones in between skipped).
     std::string loop;
     std::vector<std::pair<int16_t, std::string>> current;  // slot -> the value it holds now
     auto value_of = [&](int16_t s) -> const std::string* {
@@ -142,7 +153,7 @@ std::string Cluster::native_source(int lanes) const {
     for (; k < count; ++k) {
       const Instr& in = program_[static_cast<size_t>(k)];
       if (in.invariant) continue;
-      if (!native_instr(in)) break;
+      if (kind_of(in) != kind) break;
       if (in.expand && value_of(in.a) != nullptr) break;  // per-row values come from memory
       std::string operands[3];
       const int16_t slots[3] = {in.a, in.b, in.c};
@@ -181,6 +192,11 @@ std::string Cluster::native_source(int lanes) const {
     }
     body += "  {\n    auto lanes = [&](auto vector, long i) {\n      typedef decltype(vector) F;\n" + loop +
             "    };\n    long i = 0;\n";
+    if (kind == kRowLanes) {  // the interpreter's rows8: the tile's rows rounded up to 8
+      body += "    for (const long r8 = (n8 / " + std::to_string(row_) +
+              " + 7) / 8 * 8; i < r8; i += 8) lanes(F8{}, i);\n  }\n";
+      continue;
+    }
     if (lanes == 16) body += "    for (; i + 16 <= n8; i += 16) lanes(F16{}, i);\n";
     body += "    for (; i < n8; i += 8) lanes(F8{}, i);\n  }\n";
   }
