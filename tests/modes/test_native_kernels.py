@@ -61,7 +61,10 @@ WORKLOAD = textwrap.dedent("""
         out["where"] = torch.where(a * b > c, a - b, c * 3) / 7
         out["finite"] = torch.isfinite(a * b).float() * 2 + (a + c).bool().float()
         out["transposed"] = (a.t().contiguous().t() * b + c) * 0.5  # a strided input
-        out["bf16"] = ((a.bfloat16() + b.bfloat16()) * 3).float() + c  # rounding steps stay interpreted
+        out["bf16"] = ((a.bfloat16() + b.bfloat16()) * 3).float() + c  # rounded to bfloat16 after each op
+        ab, bb = a.bfloat16(), b.bfloat16()
+        out["bf16_chain"] = torch.where(ab > bb, ab * bb - 1, bb / (ab.abs() + 1)).sqrt() + ab
+        out["f16"] = ((a.half() + b.half()) * 3).float() + c  # half rounding stays interpreted
         return out
 
     def row_clusters(rows, att):
@@ -118,7 +121,8 @@ def assert_same_bits(native: dict, interpreted: dict) -> None:
         n = native[name]
         assert n.dtype == t.dtype and n.shape == t.shape, name
         if t.is_floating_point():
-            assert torch.equal(n.view(torch.int32), t.view(torch.int32)), f"{name}: native and interpreted bits differ"
+            bits = {4: torch.int32, 2: torch.int16}[t.element_size()]
+            assert torch.equal(n.view(bits), t.view(bits)), f"{name}: native and interpreted bits differ"
         else:
             assert torch.equal(n, t), name
 

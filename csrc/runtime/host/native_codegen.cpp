@@ -4,7 +4,7 @@
 // generated code computes exactly (IEEE single operations, compares, selects, bit operations);
 // each segment becomes one loop over the tile's lanes that keeps its values in registers,
 // loading what it reads from the slots and storing only the slots read after it. Everything
-// else (SLEEF and MKL functions, pow, bf16/f16 rounding, row reductions) stays an interpreter
+// else (SLEEF and MKL functions, pow, f16 rounding, row reductions) stays an interpreter
 // instruction, called back between segments, so a tile's bits do not depend on the tier that
 // ran it. A per-row value broadcast back over its row is read in place by the segment that
 // uses it, and arithmetic on per-row values (a mean, a variance's rsqrt) runs in segments of
@@ -88,7 +88,7 @@ int arity(uint8_t op) {
 // An instruction whose op the generated code computes (over the tile's lanes, or over one lane
 // per row for instructions on per-row values).
 bool exact_op(const Cluster::Instr& in) {
-  return !in.invariant && !in.pow_scalar && in.round == 0 && !in.expand && !native_expr(in.op, "x", "y", "z").empty();
+  return !in.invariant && !in.pow_scalar && in.round <= 1 && !in.expand && !native_expr(in.op, "x", "y", "z").empty();
 }
 
 // How a per-tile instruction runs in the generated code.
@@ -176,6 +176,7 @@ std::string Cluster::native_source(int lanes) const {
         expr = "bc<F>(p" + std::to_string(in.a) + "[i / " + std::to_string(row_) + "])";
       } else {
         expr = native_expr(in.op, operands[0], operands[1], operands[2]);
+        if (in.round == 1) expr = "rbf16<F>(" + expr + ")";  // a bfloat16 value
       }
       loop += "      const F " + name + " = " + expr + ";\n";
       current.emplace_back(in.dst, name);

@@ -70,8 +70,10 @@ typedef int I16 __attribute__((vector_size(64)));
 typedef float F8 __attribute__((vector_size(32)));
 typedef int I8 __attribute__((vector_size(32)));
 template <class F> struct Lanes;
-template <> struct Lanes<F16> { typedef I16 I; enum { n = 16 }; };
-template <> struct Lanes<F8> { typedef I8 I; enum { n = 8 }; };
+typedef unsigned U16 __attribute__((vector_size(64)));
+typedef unsigned U8 __attribute__((vector_size(32)));
+template <> struct Lanes<F16> { typedef I16 I; typedef U16 U; enum { n = 16 }; };
+template <> struct Lanes<F8> { typedef I8 I; typedef U8 U; enum { n = 8 }; };
 template <class F> static inline F ld(const float* p) { F v; __builtin_memcpy(&v, p, sizeof v); return v; }
 template <class F> static inline void st(float* p, F v) { __builtin_memcpy(p, &v, sizeof v); }
 template <class F> static inline F bc(float x) { return F{} + x; }
@@ -80,6 +82,14 @@ template <class F> static inline F vabs(F x) { typedef typename Lanes<F>::I I; r
 template <class F> static inline F vsqrt(F x) { F r; for (int l = 0; l < Lanes<F>::n; ++l) r[l] = __builtin_sqrtf(x[l]); return r; }
 template <class F> static inline F vmax(F x, F y) { return x != x ? x : y != y ? y : x > y ? x : y; }
 template <class F> static inline F vmin(F x, F y) { return x != x ? x : y != y ? y : x < y ? x : y; }
+// Rounded to bfloat16 and back, as the interpreter's round_bf16: nearest, ties to even; NaN to
+// the quiet NaN 0x7fc0.
+template <class F> static inline F rbf16(F x) {
+  typedef typename Lanes<F>::U U;
+  const U u = (U)x;
+  const F r = (F)(((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16);
+  return x != x ? (F)(U{} + 0x7fc00000u) : r;
+}
 typedef void (*Step)(void*, int);
 )";
 
