@@ -171,3 +171,21 @@ def test_a_second_process_loads_the_kernels_from_the_disk_tier(tmp_path, interpr
     assert stats2["from_disk"] == stats2["loaded"] == stats1["loaded"] and stats2["compile_seconds"] == 0, stats2
     assert_same_bits(first, interpreted)
     assert_same_bits(second, interpreted)
+
+
+def test_exiting_mid_compile_leaves_no_compiler_files_behind(tmp_path):
+    # The process exits right after its clusters asked for kernels: the compiler is stopped and
+    # its directory (its own temporary files included) removed.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        torch_tpu.set_mode("fused")
+        x = torch.randn(1000, device="tpu")
+        for k in range(4):
+            ((x * (k + 2) + 1) * x - k).cpu()
+        assert torch_tpu.metrics()["native_kernels"]["requested"] >= 1
+    """)
+    env = dict(os.environ, TORCH_TPU_NATIVE_KERNELS="1", TORCH_TPU_CACHE_DIR="off", TMPDIR=str(tmp))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    assert list(tmp.iterdir()) == []

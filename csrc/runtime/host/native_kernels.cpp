@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,7 +101,10 @@ typedef void (*Step)(void*, int);
 class NativeCompiler {
  public:
   static NativeCompiler& get() {
-    static auto* c = new NativeCompiler();  // leaked: the background thread may outlive statics
+    static auto* c = [] {
+      std::atexit(at_exit);
+      return new NativeCompiler();  // leaked: the background thread may outlive statics
+    }();
     return *c;
   }
 
@@ -229,11 +233,49 @@ class NativeCompiler {
     return pattern;
   }
 
+  // The compiler run in flight: a process that exits meanwhile kills the compiler and removes
+  // its directory (at_exit) instead of leaving both behind, and the background thread, if it
+  // wakes during exit, touches nothing more.
+  struct InFlight {
+    std::mutex mu;
+    pid_t pid = 0;
+    std::string dir;
+    bool exiting = false;
+  };
+  static InFlight& in_flight() {
+    static auto* f = new InFlight();
+    return *f;
+  }
+  static void at_exit() {
+    InFlight& f = in_flight();
+    std::lock_guard<std::mutex> g(f.mu);
+    f.exiting = true;
+    if (f.pid > 0) {
+      kill(-f.pid, SIGKILL);  // the compiler's process group: driver, cc1plus, assembler
+      waitpid(f.pid, nullptr, 0);
+    }
+    std::error_code ec;
+    if (!f.dir.empty()) std::filesystem::remove_all(f.dir, ec);
+  }
+  // Called by the compiling thread at each step: during exit it stops here for good.
+  static void stop_if_exiting(std::unique_lock<std::mutex>& lock) {
+    while (in_flight().exiting) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::hours(1));
+      lock.lock();
+    }
+  }
+
   // Runs the compiler on `source`: the shared library's bytes, or "" with `error` set.
   static std::string compile(const std::string& source, std::string& error) {
     namespace fs = std::filesystem;
     const std::string dir_name = temp_dir(error);
     if (dir_name.empty()) return "";
+    {
+      std::unique_lock<std::mutex> lock(in_flight().mu);
+      stop_if_exiting(lock);
+      in_flight().dir = dir_name;
+    }
     const fs::path dir(dir_name), src = dir / "kernel.cpp", lib = dir / "kernel.so", log = dir / "compiler.log";
     std::string bytes;
     {
@@ -246,33 +288,57 @@ class NativeCompiler {
       const std::string cxx = env_cxx != nullptr && *env_cxx != '\0' ? env_cxx : "c++";
       const std::string isa = native_tier_policy().lanes == 16 ? "-mavx512f" : "-mavx2";
       // No contraction into FMA and no fast-math: every operation rounds as the interpreter's.
-      std::vector<std::string> args = {cxx,
-                                       "-O2",
-                                       "-std=c++17",
-                                       "-shared",
-                                       "-fPIC",
-                                       "-ffp-contract=off",
-                                       "-fno-math-errno",
-                                       "-fno-exceptions",
-                                       "-w",
-                                       isa,
-                                       "-o",
-                                       lib.string(),
-                                       src.string()};
+      // CXX may carry arguments ("ccache g++"), as in make.
+      std::vector<std::string> args;
+      for (size_t b = 0, e; b < cxx.size(); b = e + 1) {
+        e = cxx.find(' ', b);
+        if (e == std::string::npos) e = cxx.size();
+        if (e > b) args.push_back(cxx.substr(b, e - b));
+      }
+      if (args.empty()) args.emplace_back("c++");
+      args.insert(args.end(), {"-O2", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno",
+                               "-fno-exceptions", "-w", isa, "-o", lib.string(), src.string()});
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
+      // The compiler's own temporary files go to our directory too, and it runs in a process
+      // group of its own, so at_exit can stop every process of it and leave nothing behind.
+      std::vector<std::string> env_strings;
+      for (char** e = environ; *e != nullptr; ++e) {
+        if (std::strncmp(*e, "TMPDIR=", 7) != 0) env_strings.emplace_back(*e);
+      }
+      env_strings.push_back("TMPDIR=" + dir_name);
+      std::vector<char*> envp;
+      for (std::string& e : env_strings) envp.push_back(e.data());
+      envp.push_back(nullptr);
+      posix_spawnattr_t attr;
+      posix_spawnattr_init(&attr);
+      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+      posix_spawnattr_setpgroup(&attr, 0);
       posix_spawn_file_actions_t fa;
       posix_spawn_file_actions_init(&fa);
       posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       posix_spawn_file_actions_adddup2(&fa, 1, 2);
       pid_t pid = 0;
-      const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+      int rc = 0;
+      {
+        std::unique_lock<std::mutex> lock(in_flight().mu);
+        stop_if_exiting(lock);
+        rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+        if (rc == 0) in_flight().pid = pid;
+      }
       posix_spawn_file_actions_destroy(&fa);
+      posix_spawnattr_destroy(&attr);
       int status = 0;
+      const pid_t waited = rc == 0 ? waitpid(pid, &status, 0) : -1;
+      {
+        std::unique_lock<std::mutex> lock(in_flight().mu);
+        in_flight().pid = 0;
+        stop_if_exiting(lock);
+      }
       if (rc != 0) {
         error = "cannot run the C++ compiler '" + cxx + "' (set CXX to one)";
-      } else if (waitpid(pid, &status, 0) == pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      } else if (waited == pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
         std::ifstream in(log);
         std::string first;
         std::getline(in, first);
@@ -285,6 +351,8 @@ class NativeCompiler {
     }
     std::error_code ec;
     fs::remove_all(dir, ec);
+    std::lock_guard<std::mutex> g(in_flight().mu);
+    in_flight().dir.clear();
     return bytes;
   }
 
