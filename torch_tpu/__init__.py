@@ -33,6 +33,8 @@ from .runtime_info import (  # noqa: E402
 
 
 def _at_exit() -> None:
+    if _C._in_bad_fork():
+        return  # a forked child: the pending work and the streams are the parent's
     _C._fused_flush(-1, "exit")  # pending fused work runs before the interpreter goes away
     _C._synchronize(-1)
 

@@ -48,7 +48,9 @@ def init() -> None:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a process forked after the parent started the device's threads: the device is
+    unusable there (use the 'spawn' start method), as torch.cuda's is after a fork."""
+    return _C._in_bad_fork()
 
 
 def device_count() -> int:

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/fork_guard.h"
 #include "device/device.h"
 #include "device/stream.h"
 #include "runtime/host/scratch_allocator.h"
@@ -69,6 +70,7 @@ Pool& pool(c10::DeviceIndex d) {
 }
 
 void free_block(void* ctx) {
+  if (in_bad_fork()) return;  // the pools' locks may be held by threads the fork did not copy
   auto* b = static_cast<Block*>(ctx);
   runtime::released(b->ptr, b->size);  // before the block can be handed out again
   Pool& p = *pools()[static_cast<size_t>(b->device)];
@@ -105,6 +107,7 @@ DeviceAllocator& DeviceAllocator::get() {
 c10::DataPtr DeviceAllocator::allocate(size_t nbytes) { return allocate_on(current(), nbytes); }
 
 c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes) {
+  check_not_in_bad_fork();
   c10::Device dev(c10::DeviceType::PrivateUse1, device);
   Pool& p = pool(device);
   if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, nullptr, dev);

@@ -12,6 +12,7 @@
 
 #include "common/blocking_wait.h"
 #include "common/check.h"
+#include "common/fork_guard.h"
 #include "device/device.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/runtime.h"
@@ -40,6 +41,7 @@ class StreamQueue {
       std::lock_guard<std::mutex> g(mu_);
       if (!worker_started_) {
         worker_started_ = true;
+        note_runtime_thread_started();
         std::thread([this] { loop(); }).detach();  // queues live for the whole process
       }
       queue_.push_back(std::move(work));
@@ -177,6 +179,7 @@ thread_local std::vector<c10::StreamId> current_ids;  // per device; empty = all
 }  // namespace
 
 StreamQueue& queue_of(const c10::Stream& stream) {
+  check_not_in_bad_fork();  // the child has no stream workers (common/fork_guard.h)
   TPU_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "not a tpu stream: ", stream);
   check_index(stream.device_index());
   auto id = stream.id();

@@ -3,6 +3,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "common/blocking_wait.h"
+#include "common/fork_guard.h"
 #include "device/allocator.h"
 #include "device/device.h"
 #include "device/generator.h"
@@ -28,6 +29,7 @@ void init_device_bindings(py::module_& m) {
   using namespace torch_tpu::device;
   set_blocking_wait_hooks(&kGilHooks);
   m.def("_device_count", [] { return static_cast<int>(count()); });
+  m.def("_in_bad_fork", [] { return torch_tpu::in_bad_fork(); });
   m.def("_current_device", [] { return static_cast<int>(current()); });
   m.def("_set_device", [](int i) { set_current(static_cast<c10::DeviceIndex>(i)); });
   m.def("_check_device", [](int i) { check_index(static_cast<c10::DeviceIndex>(i)); });

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/fork_guard.h"
 #include "runtime/host/fusion.h"
 
 extern char** environ;
@@ -121,6 +122,7 @@ class NativeCompiler {
       queue_.push_back(std::move(job));
       if (!worker_started_) {
         worker_started_ = true;
+        note_runtime_thread_started();
         std::thread([this] { work(); }).detach();
       }
       cv_.notify_one();
@@ -247,6 +249,7 @@ class NativeCompiler {
     return *f;
   }
   static void at_exit() {
+    if (in_bad_fork()) return;  // a forked child: the compiler and directory are the parent's
     InFlight& f = in_flight();
     std::lock_guard<std::mutex> g(f.mu);
     f.exiting = true;
