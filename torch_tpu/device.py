@@ -281,9 +281,43 @@ def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
     return total - _C._memory_stats(i)["reserved_bytes.all.current"], total
 
 
+def _format_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return ""  # unreachable
+
+
 def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str:
-    stats = memory_stats(device)
-    return "\n".join(f"{k:40s} {v}" for k, v in stats.items())
+    """A table of the caching allocator's figures for a device, laid out like
+    torch.cuda.memory_summary (current and peak usage, allocation counts, retries and OOMs).
+    `abbreviated` is accepted for parity; the table is always the short one."""
+    i = _index(device)
+    st = memory_stats(i)
+    width = 75
+    rule, double = "|" + "-" * width + "|", "|" + "=" * width + "|"
+
+    def row(*cells: str) -> str:
+        return "| " + f"{cells[0]:<26}" + "".join(f"| {c:>13} " for c in cells[1:]) + "|"
+
+    lines = [double, "|" + f"torch_tpu memory summary, device ID {i} ({get_device_name(i)})".center(width)[:width] + "|",
+             rule, row("Metric", "Cur Usage", "Peak Usage", "Capacity"), rule]
+    capacity = _C._device_capacity(i)
+    for label, key in (("Allocated memory", "allocated_bytes"), ("Requested memory", "requested_bytes"),
+                       ("Reserved memory", "reserved_bytes")):
+        lines.append(row(label, _format_bytes(st[f"{key}.all.current"]), _format_bytes(st[f"{key}.all.peak"]),
+                         _format_bytes(capacity)))
+    lines += [rule, row("Metric", "Current", "Tot Alloc", "Tot Freed"), rule,
+              row("Allocations", str(st["active.all.current"]), str(st["allocation.all.allocated"]),
+                  str(st["allocation.all.freed"])),
+              row("Cached blocks", str(st["inactive_split.all.current"]), "", ""),
+              rule,
+              row("Cache hits", str(st["num_cache_hits"]), "", ""),
+              row("Alloc retries", str(st["num_alloc_retries"]), "", ""),
+              row("OOMs", str(st["num_ooms"]), "", ""),
+              double]
+    return "\n".join(lines)
 
 
 # -- random numbers ---------------------------------------------------------------------------

@@ -92,7 +92,16 @@ def test_memory_stats_keys_and_counters() -> None:
     assert stats["allocated_bytes.all.current"] == torch.tpu.memory_allocated()
     assert stats["reserved_bytes.all.current"] == torch.tpu.memory_reserved()
     assert list(stats) == sorted(stats)
-    assert "allocated_bytes.all.current" in torch.tpu.memory_summary()
+    y = torch.empty(1024, device="tpu")  # 4 KiB
+    summary = torch.tpu.memory_summary()
+    lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+             for line in summary.splitlines() if line.count("|") == 5}
+    stats = torch.tpu.memory_stats()
+    assert lines["Allocated memory"][0] == f"{stats['allocated_bytes.all.current'] / 1024:.2f} KiB", summary
+    assert lines["Allocations"] == [str(stats["active.all.current"]), str(stats["allocation.all.allocated"]),
+                                    str(stats["allocation.all.freed"])], summary
+    assert "device ID 0" in summary and all(len(line) == 77 for line in summary.splitlines()), summary
+    del y
 
 
 def test_mem_get_info() -> None:
