@@ -56,23 +56,21 @@ std::string native_expr(uint8_t op, const std::string& x, const std::string& y, 
     case kMin:
       return "vmin<F>(" + x + ", " + y + ")";
     case kAnd:
-      return "b2f<F>((" + x + " != " + zero + ") & (" + y + " != " + zero + "))";
     case kOr:
-      return "b2f<F>((" + x + " != " + zero + ") | (" + y + " != " + zero + "))";
-    case kXor:
-      return "b2f<F>((" + x + " != " + zero + ") ^ (" + y + " != " + zero + "))";
+    case kXor: {  // on truth values: x and y compare unequal to zero
+      const char* join = op == kAnd ? " & " : op == kOr ? " | " : " ^ ";
+      return "b2f<F>((" + x + " != " + zero + ")" + join + "(" + y + " != " + zero + "))";
+    }
     case kEq:
-      return "b2f<F>(" + x + " == " + y + ")";
     case kNe:
-      return "b2f<F>(" + x + " != " + y + ")";
     case kLt:
-      return "b2f<F>(" + x + " < " + y + ")";
     case kLe:
-      return "b2f<F>(" + x + " <= " + y + ")";
     case kGt:
-      return "b2f<F>(" + x + " > " + y + ")";
-    case kGe:
-      return "b2f<F>(" + x + " >= " + y + ")";
+    case kGe: {
+      static_assert(kGe - kEq == 5, "comparisons are consecutive in tile_ops.h");
+      static constexpr const char* kCompare[] = {" == ", " != ", " < ", " <= ", " > ", " >= "};
+      return "b2f<F>(" + x + kCompare[op - kEq] + y + ")";
+    }
     case kSelect:
       return "(" + x + " != " + zero + ") ? " + y + " : " + z;
     default:
