@@ -83,9 +83,11 @@ def test_dataloader_workers_forked_from_a_training_process(mode: str) -> None:
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
         for num_workers in (0, 2):
-            for x, y in torch.utils.data.DataLoader(ds, batch_size=32, num_workers=num_workers):
+            # pin_memory: batches pinned by the loader's thread for the current accelerator (tpu).
+            for x, y in torch.utils.data.DataLoader(ds, batch_size=32, num_workers=num_workers, pin_memory=True):
+                assert x.is_pinned()
                 for m, o, dev in ((model, opt, "tpu"), (ref, ref_opt, "cpu")):
-                    loss = torch.nn.functional.mse_loss(m(x.to(dev)), y.to(dev))
+                    loss = torch.nn.functional.mse_loss(m(x.to(dev, non_blocking=True)), y.to(dev, non_blocking=True))
                     o.zero_grad(); loss.backward(); o.step()
         torch.testing.assert_close(model.weight.cpu(), ref.weight.detach())
         print("ok")
