@@ -222,6 +222,28 @@ def _index_scatter(b: GraphBuilder, x: Value, dim: int, index: Value, source: Va
     return b.reshape(b.scatter(xs, full, src, d, mode), x.shape)
 
 
+@register(aten.index_reduce.default)
+def index_reduce(b: GraphBuilder, x: Value, dim: int, index: Value, source: Value, reduce: str,
+                 include_self: bool = True) -> Value:
+    """index_reduce is scatter_reduce with the index spread over source's slices along dim: the
+    same counts for "mean" (self counted when included, floor division for integers)."""
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
+    d = _dim_of(x, dim)
+    idx = _index_1d(b, index, "index_reduce")
+    xs = _as_rank1(b, x)
+    src = b.convert(source, x.dtype)
+    src = b.reshape(src, [1]) if source.rank == 0 else src
+    if src.rank != xs.rank or any(src.shape[k] != xs.shape[k] for k in range(xs.rank) if k != d) \
+            or src.shape[d] != idx.shape[0]:
+        raise RuntimeError(f"index_reduce(): Source/destination tensor must have same slice shapes and the index "
+                           f"length must match the source size along dim {d}")
+    if idx.shape[0] == 0:
+        return x
+    full = b.broadcast_in_dim(idx, src.shape, [d])
+    return b.reshape(scatter_reduce(b, xs, d, full, src, reduce, include_self), x.shape)
+
+
 @register(aten.index_add.default)
 def index_add(b: GraphBuilder, x: Value, dim: int, index: Value, source: Value, alpha: Value) -> Value:
     src = b.convert(source, x.dtype)
