@@ -1,6 +1,11 @@
 // Ops whose output shape depends on tensor values. Each synchronizes once to learn the size,
 // then runs lowered ops with static shapes (nonzero -> count + nonzero_static).
 #include <ATen/Functions.h>
+#include <c10/util/Exception.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
 
 #include "aten/kernels.h"
 #include "common/check.h"
@@ -21,6 +26,99 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   at::Tensor flat_mask = mask.expand(shape).reshape({-1});
   at::Tensor flat = self.expand(shape).reshape({-1});
   return at::index_select(flat, 0, torch_tpu::aten::nonzero(flat_mask).reshape({-1}));
+}
+
+namespace {
+
+// Runs of equal neighbours in a 1-d tensor (NaN equals nothing, -0.0 equals 0.0, as ATen's
+// unique): the first value of each run, each element's run, and the run lengths. One sync
+// learns the number of runs; everything else has static shapes.
+struct Runs {
+  at::Tensor values, run_of, counts;
+};
+
+Runs consecutive_runs(const at::Tensor& v) {
+  const int64_t n = v.numel();
+  at::Tensor starts = at::ones({n}, v.options().dtype(c10::kBool));
+  if (n > 1) starts = at::cat({starts.slice(0, 0, 1), at::ne(v.slice(0, 1), v.slice(0, 0, n - 1))});
+  int64_t runs = 0;
+  {
+    device::FlushCauseScope cause(device::FlushCause::kDataDependent);
+    runs = starts.sum().item<int64_t>();
+  }
+  at::Tensor first = at::nonzero_static(starts, runs, -1).reshape({-1});  // where each run starts
+  Runs r;
+  r.values = v.index_select(0, first);
+  r.run_of = at::cumsum(starts, 0, c10::kLong).sub_(1);
+  r.counts = at::cat({first.slice(0, 1), at::full({1}, n, first.options())}).sub_(first);
+  return r;
+}
+
+at::Tensor no_output(const at::Tensor& self) { return at::empty({0}, self.options().dtype(c10::kLong)); }
+
+}  // namespace
+
+// torch.unique: a stable sort, then runs of equal values; sorted=False sorts too, as ATen's CPU
+// kernel does. The inverse goes back through the sort's permutation.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool /*sorted*/, bool return_inverse,
+                                                       bool return_counts) {
+  const at::Tensor flat = self.reshape({-1});
+  if (flat.numel() == 0) {
+    return {at::empty({0}, self.options()),
+            return_inverse ? at::empty(self.sizes(), self.options().dtype(c10::kLong)) : no_output(self),
+            no_output(self)};
+  }
+  auto [sorted_values, order] = at::sort(flat, /*stable=*/true, 0, /*descending=*/false);
+  Runs r = consecutive_runs(sorted_values);
+  at::Tensor inverse = no_output(self);
+  if (return_inverse) inverse = at::empty_like(r.run_of).scatter_(0, order, r.run_of).view(self.sizes());
+  return {r.values, inverse, return_counts ? r.counts : no_output(self)};
+}
+
+std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, bool return_inverse) {
+  auto [values, inverse, counts] = unique2(self, sorted, return_inverse, false);
+  return {values, inverse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
+                                                                  bool return_counts, std::optional<int64_t> dim) {
+  if (dim.has_value() && self.dim() > 1) {
+    throw c10::NotImplementedError(
+        {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        std::string("torch_tpu: 'aten::unique_consecutive' with dim= on a tensor of rank > 1 is not implemented for "
+                    "the tpu device (dtypes: ") +
+            c10::toString(self.scalar_type()) + "); without dim it works on the flattened tensor.");
+  }
+  const at::Tensor flat = self.reshape({-1});
+  if (flat.numel() == 0) {
+    return {at::empty({0}, self.options()),
+            return_inverse ? at::empty(self.sizes(), self.options().dtype(c10::kLong)) : no_output(self),
+            no_output(self)};
+  }
+  Runs r = consecutive_runs(flat);
+  return {r.values, return_inverse ? r.run_of.view(self.sizes()) : no_output(self),
+          return_counts ? r.counts : no_output(self)};
+}
+
+// repeat_interleave(repeats): index i repeated repeats[i] times. Without output_size one sync
+// reads the total (and the smallest count, to refuse negative ones); with it, none, as on CUDA.
+at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK(repeats.scalar_type() == c10::kLong || repeats.scalar_type() == c10::kInt,
+              "repeats has to be Long or Int tensor");
+  int64_t total = 0;
+  if (output_size.has_value()) {
+    total = output_size->expect_int();
+  } else if (repeats.numel() > 0) {
+    device::FlushCauseScope cause(device::FlushCause::kDataDependent);
+    const at::Tensor sum_min = at::stack({repeats.sum().to(c10::kLong), repeats.min().to(c10::kLong)}).cpu();
+    TORCH_CHECK(sum_min[1].item<int64_t>() >= 0, "repeats can not be negative");
+    total = sum_min[0].item<int64_t>();
+  }
+  if (repeats.numel() == 0 || total == 0) return at::empty({total}, repeats.options());
+  const at::Tensor ends = at::cumsum(repeats, 0, c10::kLong);
+  const at::Tensor positions = at::arange(total, repeats.options().dtype(c10::kLong));
+  return at::searchsorted(ends, positions, /*out_int32=*/repeats.scalar_type() == c10::kInt, /*right=*/true);
 }
 
 bool equal(const at::Tensor& self, const at::Tensor& other) {

@@ -5,13 +5,14 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <ATen/core/stack.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/Scalar.h>
 #include <c10/core/Storage.h>
 
 #include <optional>
+#include <tuple>
 
 namespace torch_tpu::aten {
 
@@ -48,6 +49,12 @@ c10::Scalar local_scalar_dense(const at::Tensor& self);
 at::Tensor nonzero(const at::Tensor& self);
 at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask);
 bool equal(const at::Tensor& self, const at::Tensor& other);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool sorted, bool return_inverse,
+                                                       bool return_counts);
+std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, bool return_inverse);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
+                                                                  bool return_counts, std::optional<int64_t> dim);
+at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymInt> output_size);
 void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 
 // attention.cpp

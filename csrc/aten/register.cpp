@@ -32,6 +32,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nonzero", TORCH_FN(nonzero));
   m.impl("masked_select", TORCH_FN(masked_select));
   m.impl("equal", TORCH_FN(equal));
+  m.impl("_unique2", TORCH_FN(unique2));
+  m.impl("_unique", TORCH_FN(unique));
+  m.impl("unique_consecutive", TORCH_FN(unique_consecutive));
+  m.impl("repeat_interleave.Tensor", TORCH_FN(repeat_interleave));
   m.impl("index.Tensor", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
   m.impl("_index_put_impl_", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
   m.impl("index_put", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());

@@ -184,3 +184,33 @@ def test_opinfo_tie_ops(name):
         opinfo_sweep(name, compare=cmp)
         return
     opinfo_sweep(name, compare=_cmp_ties)
+
+
+def test_unique_and_repeat_interleave_sync_once_and_match_cpu():
+    # Data-dependent sizes: one host read each (a data_dependent flush in fused mode), then
+    # static shapes. NaNs stay distinct and -0.0 groups with 0.0, as on CPU.
+    import torch_tpu
+
+    x = torch.tensor([3.0, 1.0, float("nan"), 2.0, 1.0, float("nan"), 3.0, -0.0, 0.0])
+    with torch_tpu.mode("fused"):
+        torch_tpu.reset_metrics()
+        got = torch.unique(x.to("tpu"), return_inverse=True, return_counts=True)
+        reps = torch.repeat_interleave(torch.tensor([2, 0, 3], device="tpu"))
+        causes = torch_tpu.metrics()["fused"]["flushes_by_cause"]
+        assert causes.get("data_dependent") == 2, causes
+    exp = torch.unique(x, return_inverse=True, return_counts=True)
+    for g, e in zip(got, exp):
+        torch.testing.assert_close(g.cpu(), e, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(reps.cpu(), torch.tensor([0, 0, 2, 2, 2]))
+    # output_size skips the host read, as on CUDA
+    out = torch.repeat_interleave(torch.tensor([1, 2], device="tpu"), output_size=3)
+    assert torch.equal(out.cpu(), torch.tensor([0, 1, 1]))
+
+
+def test_unique_consecutive_and_repeat_interleave_errors():
+    with pytest.raises(RuntimeError, match="repeats can not be negative"):
+        torch.repeat_interleave(torch.tensor([1, -1], device="tpu"))
+    with pytest.raises(NotImplementedError, match="unique_consecutive.*dim"):
+        torch.unique_consecutive(torch.ones(2, 3, device="tpu"), dim=1)
+    got = torch.unique_consecutive(torch.tensor([[1, 1], [2, 1]], device="tpu"), return_counts=True)
+    assert torch.equal(got[0].cpu(), torch.tensor([1, 2, 1])) and torch.equal(got[1].cpu(), torch.tensor([2, 1, 1]))
