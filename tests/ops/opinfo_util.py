@@ -202,13 +202,14 @@ def _arg(sample, pos: int, name: str, default):
 
 
 def _compare_tie_order(op, sample, got, exp, tol) -> None:
-    """sort/argsort/topk/kthvalue without stable=True: the order of equal elements (so the index
+    """sort/argsort/topk/kthvalue/mode without stable=True: the order of equal elements (so the index
     returned for a tie) is unspecified (torch.sort docs), so indices are compared through the
     input values they select; values must match as usual."""
     got = tree_map(_to_cpu, got)
     name = op.name
     dim = _arg(sample, 1 if name in ("topk", "kthvalue") else 0, "dim", -1)
-    keep = bool(_arg(sample, 2, "keepdim", False)) if name == "kthvalue" else True
+    keep = bool(_arg(sample, 2 if name == "kthvalue" else 1, "keepdim", False)) if name in ("kthvalue", "mode") \
+        else True
     inp = sample.input
 
     def take(idx):
@@ -226,7 +227,9 @@ def _compare_tie_order(op, sample, got, exp, tol) -> None:
 
 
 # Entries whose results are compared by a custom rule (unless the sample asks for stable=True).
-TIE_ORDER_ENTRIES = {"sort", "argsort", "topk", "kthvalue"}
+# mode: torch.mode's docs leave open which index of the mode value is returned (CPU's comes
+# from an unstable sort).
+TIE_ORDER_ENTRIES = {"sort", "argsort", "topk", "kthvalue", "mode"}
 
 
 def compare_sample(op, sample, got, exp, tol) -> None:

@@ -439,6 +439,38 @@ def sort_stable(b, x, stable=None, dim=-1, descending=False):
     return _sort(b, x, dim, descending)
 
 
+@register(aten.mode.default)
+def mode(b: GraphBuilder, x: Value, dim: int = -1, keepdim: bool = False) -> tuple[Value, Value]:
+    """The most frequent value along dim (the smallest among equally frequent ones, as ATen's
+    kernels) and an index where it occurs (which one is unspecified: CPU returns one picked by
+    an unstable sort). A stable sort, runs of equal neighbours (NaN equals nothing), each
+    run's length by a scatter-add, then the first element of the longest run."""
+    from .reductions import _arg, _finish, cumsum  # reductions does not import indexing
+
+    if x.rank == 0:
+        return x, b.full(0, torch.int64, ())
+    d = canonical_dim(dim, x.rank)
+    n = x.shape[d]
+    if n == 0:
+        raise IndexError(f"mode(): Expected reduction dim {d} to have non-zero size.")
+    values, perm = _sort(b, x, d, False)
+    starts = b.full(True, torch.bool, [*x.shape[:d], 1, *x.shape[d + 1:]])
+    if n > 1:
+        lo, hi = [0] * x.rank, list(x.shape)
+        head, tail = list(hi), list(lo)
+        head[d], tail[d] = n - 1, 1
+        starts = b.concatenate([starts, b.compare("ne", b.slice(values, tail, hi), b.slice(values, lo, head))], d)
+    run_of = b.sub(cumsum(b, b.convert(starts, torch.int64), d), full_i64(b, 1, x.shape))
+    lengths = b.scatter(full_i64(b, 0, x.shape), run_of, full_i64(b, 1, x.shape), d, "add")
+    best = _arg(b, b.gather(lengths, run_of, d), "argmax", d)  # the first element of a longest run
+    best = b.reshape(best, [*x.shape[:d], 1, *x.shape[d + 1:]])
+    out_v, out_i = b.gather(values, best, d), b.gather(perm, best, d)
+    reduced = [*x.shape[:d], *x.shape[d + 1:]]
+    if not keepdim:
+        out_v, out_i = b.reshape(out_v, reduced), b.reshape(out_i, reduced)
+    return out_v, out_i
+
+
 @register(aten.argsort.default)
 def argsort(b, x, dim=-1, descending=False):
     return _sort(b, x, dim, descending)[1]
