@@ -21,6 +21,7 @@ constexpr const char* kOpNames[] = {
     "reduce", "reduce_window", "scan",
     "dot_general", "convolution",
     "sort",
+    "cholesky", "triangular_solve",
 };
 // clang-format on
 static_assert(std::size(kOpNames) == static_cast<size_t>(OpKind::kNumOps),

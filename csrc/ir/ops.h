@@ -34,6 +34,8 @@ enum class OpKind : uint8_t {
   kDotGeneral, kConvolution,
   // sorting
   kSort,
+  // linear algebra
+  kCholesky, kTriangularSolve,
   kNumOps  // not an op: the count
 };
 // clang-format on

@@ -132,6 +132,15 @@ std::string attributes(const Graph& g, const Node& n) {
     case OpKind::kSort:
       if (a.size() == 3) s = "dim = " + std::to_string(a[0]) + (a[1] ? ", descending" : "");
       break;
+    case OpKind::kCholesky:
+      if (a.size() == 1) s = a[0] ? "lower" : "upper";
+      break;
+    case OpKind::kTriangularSolve:
+      if (a.size() == 4) {
+        s = std::string(a[0] ? "left_side" : "right_side") + (a[1] ? ", lower" : ", upper") +
+            (a[2] ? ", unit_diagonal" : "") + (a[3] ? ", transpose_a" : "");
+      }
+      break;
     default:
       break;
   }

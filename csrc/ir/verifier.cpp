@@ -464,6 +464,36 @@ class NodeVerifier {
         shape = x.shape;
         return;
       }
+      case OpKind::kCholesky: {
+        // C1: a float matrix (batch dims allowed), square. C2: lower is 0/1.
+        arity(1);
+        nattrs(1);
+        const Node& a = in(0);
+        check(a.rank() >= 2 && a.shape[a.rank() - 1] == a.shape[a.rank() - 2], "C1", "needs square matrices");
+        check(a.dtype == DType::kF32 || a.dtype == DType::kF64, "C1", "needs float32 or float64");
+        check(attr(0) == 0 || attr(0) == 1, "C2", "lower must be 0 or 1");
+        dt = a.dtype;
+        shape = a.shape;
+        return;
+      }
+      case OpKind::kTriangularSolve: {
+        // C1: a [..., n, n] and b [..., n, k] (left side) or [..., k, n] with the same batch
+        // dims and dtype (float32/float64). C2: the four flags are 0/1.
+        arity(2);
+        nattrs(4);
+        const Node& a = in(0);
+        const Node& b = in(1);
+        const int64_t r = a.rank();
+        check(r >= 2 && a.shape[r - 1] == a.shape[r - 2] && b.rank() == r, "C1", "needs a square a and b of its rank");
+        check(a.dtype == b.dtype && (a.dtype == DType::kF32 || a.dtype == DType::kF64), "C1",
+              "needs float32 or float64 operands of one dtype");
+        for (int64_t d = 0; d + 2 < r; ++d) check(a.shape[d] == b.shape[d], "C1", "batch dims differ");
+        check(b.shape[attr(0) ? r - 2 : r - 1] == a.shape[r - 1], "C1", "b does not match a's size");
+        for (int k = 0; k < 4; ++k) check(attr(k) == 0 || attr(k) == 1, "C2", "flags must be 0 or 1");
+        dt = b.dtype;
+        shape = b.shape;
+        return;
+      }
       default:
         fail("G4", "unhandled op");
     }

@@ -20,7 +20,7 @@ using ir::OpKind;
 using Shape = std::vector<int64_t>;
 
 // Adding an op to ops.h must add its translation below (emit_node's switch has no default).
-static_assert(ir::kNumOpKinds == 73, "new IR op: add its StableHLO translation to emit_node");
+static_assert(ir::kNumOpKinds == 75, "new IR op: add its StableHLO translation to emit_node");
 
 [[noreturn]] void unsupported(const ir::Node& n, const std::string& why) {
   C10_THROW_ERROR(NotImplementedError, std::string("torch_tpu: StableHLO emitter: ") + ir::op_name(n.kind) + " on " +
@@ -269,6 +269,27 @@ Val emit_sort(Body& b, const ir::Node& n, const Val& x) {
   return res[1];
 }
 
+// cholesky: StableHLO reads the named triangle and leaves the result's other triangle
+// implementation-defined; the IR's is zero (docs/ir.md), so a select against the diagonal
+// clears it. A matrix that is not positive-definite comes back as the plugin makes it (XLA:
+// NaN), not NaN from its first failing column as on the host runtime.
+Val emit_cholesky(Body& b, const ir::Node& n, const Val& a) {
+  const bool lower = n.iattrs.at(0) != 0;
+  const Shape& s = a.type.shape;
+  const auto r = static_cast<int64_t>(s.size());
+  Val factor = b.op("stablehlo.cholesky", {a}, a.type, lower ? "lower = true" : "lower = false");
+  Val keep = b.compare(lower ? "GE" : "LE", b.iota("i64", s, r - 2), b.iota("i64", s, r - 1));
+  return b.select(keep, factor, b.fsplat(0.0, a.type.elem, s));
+}
+
+Val emit_triangular_solve(Body& b, const ir::Node& n, const Val& a, const Val& x) {
+  auto flag = [&](size_t k) { return std::string(n.iattrs.at(k) != 0 ? "true" : "false"); };
+  const std::string attrs = "left_side = " + flag(0) + ", lower = " + flag(1) + ", unit_diagonal = " + flag(2) +
+                            ", transpose_a = #stablehlo<transpose " +
+                            (n.iattrs.at(3) != 0 ? "TRANSPOSE" : "NO_TRANSPOSE") + ">";
+  return b.op("stablehlo.triangular_solve", {a, x}, x.type, attrs);
+}
+
 Val emit_gather(Body& b, const ir::Node& n, const Val& x, const Val& index) {
   const int64_t r = static_cast<int64_t>(x.type.shape.size());
   if (r == 0) return x;  // a 0-d gather reads the only element
@@ -475,6 +496,10 @@ Val emit_node(Body& b, const ir::Node& n, const std::vector<Val>& in) {
       return emit_convolution(b, n, in.at(0), in.at(1));
     case OpKind::kSort:
       return emit_sort(b, n, in.at(0));
+    case OpKind::kCholesky:
+      return emit_cholesky(b, n, in.at(0));
+    case OpKind::kTriangularSolve:
+      return emit_triangular_solve(b, n, in.at(0), in.at(1));
     case OpKind::kNumOps:
       break;
   }

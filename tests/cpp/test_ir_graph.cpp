@@ -62,10 +62,11 @@ TEST(IrViewChains, ChainsReadTheirStartAndNoOpViewsForwardTheirReaders) {
 }
 
 TEST(IrOps, NamesMatchBuilderOrder) {
-  EXPECT_EQ(kNumOpKinds, 73);
+  EXPECT_EQ(kNumOpKinds, 75);
   EXPECT_STREQ(op_name(OpKind::kParameter), "parameter");
   EXPECT_STREQ(op_name(OpKind::kShrLogical), "shr_logical");
   EXPECT_STREQ(op_name(OpKind::kSort), "sort");
+  EXPECT_STREQ(op_name(OpKind::kTriangularSolve), "triangular_solve");
   EXPECT_STREQ(op_name(OpKind::kNumOps), "<invalid>");
   EXPECT_EQ(static_cast<int>(OpKind::kAdd), 38);
 }
@@ -145,8 +146,11 @@ TEST(IrVerifier, AcceptsWellTypedGraphs) {
   int32_t c = g.add(make(OpKind::kConstant, DType::kF32, {}, {}, {}, {1.5}));
   g.add(make(OpKind::kPad, DType::kF32, {2, 4, 9}, {x, c}, {0, 1, -1, 0, 0, 0, 0, 0, 2}));
   g.add(make(OpKind::kReduce, DType::kI64, {2, 4}, {x}, {6, 1}));
-  g.add(make(OpKind::kReduceWindow, DType::kF32, {1, 1, 3}, {x},
-             {1, 2, 3, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1}));
+  g.add(make(OpKind::kReduceWindow, DType::kF32, {1, 1, 3}, {x}, {1, 2, 3, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1}));
+  int32_t m = g.add(make(OpKind::kParameter, DType::kF64, {2, 3, 3}, {}, {2}));
+  int32_t rhs = g.add(make(OpKind::kParameter, DType::kF64, {2, 4, 3}, {}, {3}));
+  int32_t f = g.add(make(OpKind::kCholesky, DType::kF64, {2, 3, 3}, {m}, {1}));
+  g.add(make(OpKind::kTriangularSolve, DType::kF64, {2, 4, 3}, {f, rhs}, {0, 1, 0, 1}));  // x a^T = b
   EXPECT_NO_THROW(verify(g)) << verify_error(g);
 }
 
@@ -196,8 +200,9 @@ TEST(IrVerifier, RejectsWithConstraintCited) {
       {make(OpKind::kConstant, DType::kF32, {}, {}, {1}), "constant.G3"},
       {make(OpKind::kParameter, DType::kF32, {}, {}, {-1}), "parameter.C1 RNG state"},
       {make(OpKind::kRngUniform, DType::kI32, {}, {0, 1}), "rng_uniform.C1"},
-      {make(OpKind::kSort, DType::kI32, {2, 3}, {2}, {0, 0, 1}),
-       "sort.G5 recorded dtype i32 != inferred i64"},
+      {make(OpKind::kSort, DType::kI32, {2, 3}, {2}, {0, 0, 1}), "sort.G5 recorded dtype i32 != inferred i64"},
+      {make(OpKind::kCholesky, DType::kI32, {2, 3}, {2}, {1}), "cholesky.C1 needs square matrices"},
+      {make(OpKind::kTriangularSolve, DType::kI32, {2, 3}, {2, 2}, {1, 1, 0, 0}), "triangular_solve.C1"},
   };
   for (const Case& c : cases) {
     Graph g;
@@ -208,8 +213,7 @@ TEST(IrVerifier, RejectsWithConstraintCited) {
     g.add(c.bad);
     std::string msg = verify_error(g);
     EXPECT_EQ(msg.rfind("%4 = " + std::string(op_name(c.bad.kind)) + ": ", 0), 0u) << msg;
-    EXPECT_NE(msg.find(c.expected), std::string::npos)
-        << "got: " << msg << "\nwant: " << c.expected;
+    EXPECT_NE(msg.find(c.expected), std::string::npos) << "got: " << msg << "\nwant: " << c.expected;
   }
 }
 

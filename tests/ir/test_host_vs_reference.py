@@ -401,6 +401,38 @@ def test_sort(dtype, descending):
     p.check(*outs)
 
 
+# -- linear algebra -----------------------------------------------------------------------------
+def _spd(dtype: torch.dtype, batch, n: int, seed: int = 0) -> torch.Tensor:
+    """Symmetric positive-definite matrices whose other triangle holds garbage (it must not be read)."""
+    m = make(torch.float64, (*batch, n, n), special=False, seed=seed)
+    spd = m @ m.mT + n * torch.eye(n, dtype=torch.float64)
+    return (spd.tril() + 100 * torch.ones_like(spd).triu(1)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=_name)
+def test_cholesky(dtype):
+    p = Prog()
+    lower = p.param(_spd(dtype, (2,), 5))
+    upper = p.param(_spd(dtype, (), 4, seed=1).mT.contiguous())
+    bad = _spd(dtype, (3,), 4, seed=2)
+    bad[1, 2, 2] = -50.0  # leading minor of order 3 is not positive-definite: NaN from column 2 on
+    outs = [p.g.cholesky(lower, True), p.g.cholesky(upper, False), p.g.cholesky(p.param(bad), True),
+            p.g.cholesky(p.param(make(dtype, (0, 0))), True)]
+    p.check(*outs, exact=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=_name)
+def test_triangular_solve(dtype):
+    p = Prog()
+    a = p.param(_spd(dtype, (2,), 4))
+    left = p.param(make(dtype, (2, 4, 3), special=False, seed=3))
+    right = p.param(make(dtype, (2, 3, 4), special=False, seed=4))
+    outs = [p.g.triangular_solve(a, left, True, lower, unit, transpose)
+            for lower in (True, False) for unit in (False, True) for transpose in (False, True)]
+    outs.append(p.g.triangular_solve(a, right, False, True, False, True))
+    p.check(*outs, exact=False)
+
+
 # -- contractions -----------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", NUMERIC, ids=_name)
 def test_dot_general(dtype):

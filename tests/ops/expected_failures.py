@@ -404,17 +404,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('logdet', '', 'float32', 'strict'): 'no lowering for aten::_linalg_slogdet',
     ('logdet', '', 'float64', 'grad'): 'no lowering for aten::_linalg_slogdet',
     ('logdet', '', 'float64', 'strict'): 'no lowering for aten::_linalg_slogdet',
-    # no lowering: no lowering for aten::linalg_cholesky_ex — 2 entries, 10 checks
-    ('linalg.cholesky', '', 'float32', 'debug'): 'no lowering for aten::linalg_cholesky_ex',
-    ('linalg.cholesky', '', 'float32', 'grad'): 'no lowering for aten::linalg_cholesky_ex',
-    ('linalg.cholesky', '', 'float32', 'strict'): 'no lowering for aten::linalg_cholesky_ex',
-    ('linalg.cholesky', '', 'float64', 'grad'): 'no lowering for aten::linalg_cholesky_ex',
-    ('linalg.cholesky', '', 'float64', 'strict'): 'no lowering for aten::linalg_cholesky_ex',
-    ('linalg.cholesky_ex', '', 'float32', 'debug'): 'no lowering for aten::linalg_cholesky_ex',
-    ('linalg.cholesky_ex', '', 'float32', 'grad'): 'no lowering for aten::linalg_cholesky_ex',
-    ('linalg.cholesky_ex', '', 'float32', 'strict'): 'no lowering for aten::linalg_cholesky_ex',
-    ('linalg.cholesky_ex', '', 'float64', 'grad'): 'no lowering for aten::linalg_cholesky_ex',
-    ('linalg.cholesky_ex', '', 'float64', 'strict'): 'no lowering for aten::linalg_cholesky_ex',
     # no lowering: no lowering for aten::linalg_lstsq — 2 entries, 10 checks
     ('linalg.lstsq', '', 'float32', 'debug'): 'no lowering for aten::linalg_lstsq',
     ('linalg.lstsq', '', 'float32', 'grad'): 'no lowering for aten::linalg_lstsq',
@@ -754,12 +743,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('cdist', '', 'float32', 'strict'): 'no lowering for aten::_cdist_forward',
     ('cdist', '', 'float64', 'grad'): 'no lowering for aten::_cdist_forward',
     ('cdist', '', 'float64', 'strict'): 'no lowering for aten::_cdist_forward',
-    # no lowering: no lowering for aten::_cholesky_solve_helper — 1 entries, 5 checks
-    ('cholesky_solve', '', 'float32', 'debug'): 'no lowering for aten::_cholesky_solve_helper',
-    ('cholesky_solve', '', 'float32', 'grad'): 'no lowering for aten::_cholesky_solve_helper',
-    ('cholesky_solve', '', 'float32', 'strict'): 'no lowering for aten::_cholesky_solve_helper',
-    ('cholesky_solve', '', 'float64', 'grad'): 'no lowering for aten::_cholesky_solve_helper',
-    ('cholesky_solve', '', 'float64', 'strict'): 'no lowering for aten::_cholesky_solve_helper',
     # no lowering: no lowering for aten::_ctc_loss — 1 entries, 5 checks
     ('nn.functional.ctc_loss', '', 'float32', 'debug'): 'no lowering for aten::_ctc_loss',
     ('nn.functional.ctc_loss', '', 'float32', 'grad'): 'no lowering for aten::_ctc_loss',
@@ -796,12 +779,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('cholesky', '', 'float32', 'strict'): 'no lowering for aten::cholesky',
     ('cholesky', '', 'float64', 'grad'): 'no lowering for aten::cholesky',
     ('cholesky', '', 'float64', 'strict'): 'no lowering for aten::cholesky',
-    # no lowering: no lowering for aten::cholesky_inverse — 1 entries, 5 checks
-    ('cholesky_inverse', '', 'float32', 'debug'): 'no lowering for aten::cholesky_inverse',
-    ('cholesky_inverse', '', 'float32', 'grad'): 'no lowering for aten::cholesky_inverse',
-    ('cholesky_inverse', '', 'float32', 'strict'): 'no lowering for aten::cholesky_inverse',
-    ('cholesky_inverse', '', 'float64', 'grad'): 'no lowering for aten::cholesky_inverse',
-    ('cholesky_inverse', '', 'float64', 'strict'): 'no lowering for aten::cholesky_inverse',
     # no lowering: no lowering for aten::embedding_renorm — 1 entries, 5 checks
     ('nn.functional.embedding', '', 'bfloat16', 'strict'): 'no lowering for aten::embedding_renorm',
     ('nn.functional.embedding', '', 'float16', 'strict'): 'no lowering for aten::embedding_renorm',
@@ -820,12 +797,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('linalg.lu', '', 'float32', 'strict'): 'no lowering for aten::linalg_lu',
     ('linalg.lu', '', 'float64', 'grad'): 'no lowering for aten::linalg_lu',
     ('linalg.lu', '', 'float64', 'strict'): 'no lowering for aten::linalg_lu',
-    # no lowering: no lowering for aten::linalg_solve_triangular — 1 entries, 5 checks
-    ('linalg.solve_triangular', '', 'float32', 'debug'): 'no lowering for aten::linalg_solve_triangular',
-    ('linalg.solve_triangular', '', 'float32', 'grad'): 'no lowering for aten::linalg_solve_triangular',
-    ('linalg.solve_triangular', '', 'float32', 'strict'): 'no lowering for aten::linalg_solve_triangular',
-    ('linalg.solve_triangular', '', 'float64', 'grad'): 'no lowering for aten::linalg_solve_triangular',
-    ('linalg.solve_triangular', '', 'float64', 'strict'): 'no lowering for aten::linalg_solve_triangular',
     # no lowering: no lowering for aten::lu_unpack — 1 entries, 5 checks
     ('lu_unpack', '', 'float32', 'debug'): 'no lowering for aten::lu_unpack',
     ('lu_unpack', '', 'float32', 'grad'): 'no lowering for aten::lu_unpack',
@@ -838,12 +809,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('ormqr', '', 'float32', 'strict'): 'no lowering for aten::ormqr',
     ('ormqr', '', 'float64', 'grad'): 'no lowering for aten::ormqr',
     ('ormqr', '', 'float64', 'strict'): 'no lowering for aten::ormqr',
-    # no lowering: no lowering for aten::triangular_solve — 1 entries, 5 checks
-    ('triangular_solve', '', 'float32', 'debug'): 'no lowering for aten::triangular_solve',
-    ('triangular_solve', '', 'float32', 'grad'): 'no lowering for aten::triangular_solve',
-    ('triangular_solve', '', 'float32', 'strict'): 'no lowering for aten::triangular_solve',
-    ('triangular_solve', '', 'float64', 'grad'): 'no lowering for aten::triangular_solve',
-    ('triangular_solve', '', 'float64', 'strict'): 'no lowering for aten::triangular_solve',
     # no lowering: no lowering for prims::igamma — 1 entries, 5 checks
     ('igamma', '', 'bfloat16', 'strict'): 'no lowering for prims::igamma',
     ('igamma', '', 'float16', 'strict'): 'no lowering for prims::igamma',

@@ -367,6 +367,23 @@ def test_stablehlo_sort(dtype, descending):
     check(p.g, *outs)
 
 
+# -- linear algebra -----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=_name)
+def test_stablehlo_cholesky_and_triangular_solve(dtype):
+    # Positive-definite inputs only: for others the IR leaves a PJRT plugin's result open (XLA
+    # returns NaN everywhere, the host NaN from the first failing column).
+    p = Prog()
+    a = p.param(H._spd(dtype, (2,), 5))
+    au = p.param(H._spd(dtype, (), 4, seed=1).mT.contiguous())
+    left = p.param(make(dtype, (2, 5, 3), special=False, seed=3))
+    right = p.param(make(dtype, (2, 3, 5), special=False, seed=4))
+    outs = [p.g.cholesky(a, True), p.g.cholesky(au, False)]
+    outs += [p.g.triangular_solve(a, left, True, lower, unit, transpose)
+             for lower in (True, False) for unit in (False, True) for transpose in (False, True)]
+    outs.append(p.g.triangular_solve(a, right, False, True, False, True))
+    check(p.g, *outs, exact=False)
+
+
 # -- contractions -----------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", NUMERIC, ids=_name)
 def test_stablehlo_dot_general(dtype):

@@ -44,6 +44,8 @@ OPS: tuple[str, ...] = (
     "dot_general", "convolution",
     # sorting
     "sort",
+    # linear algebra
+    "cholesky", "triangular_solve",
 )
 OP_ID: dict[str, int] = {name: i for i, name in enumerate(OPS)}
 
@@ -679,6 +681,43 @@ class GraphBuilder:
                 return torch.zeros((), dtype=torch.int64)
             return torch.sort(x.data, dim=dim, descending=descending, stable=True).indices
         return self._emit("sort", (x,), torch.int64, x.shape, (dim, int(descending), 1), (), self._ref(ref))
+
+    # -- linear algebra -----------------------------------------------------------------------
+    def cholesky(self, a: Value, lower: bool = True) -> Value:
+        """Cholesky factor of each [..., n, n] matrix (float32/float64), read from its `lower`
+        (else upper) triangle as a symmetric matrix. The factor's other triangle is zero. For a
+        matrix whose leading minor of order k is not positive-definite, columns (rows, upper)
+        k - 1 onward are NaN (the host runtime; PJRT plugins return what they compute)."""
+        _check(a.rank >= 2 and a.shape[-1] == a.shape[-2], "cholesky", f"needs square matrices, got {a}")
+        _check(a.dtype in (torch.float32, torch.float64), "cholesky", f"needs float32 or float64, got {a.dtype}")
+
+        def ref():
+            t = a.data
+            sym = t.tril() + t.tril(-1).mT if lower else t.triu() + t.triu(1).mT
+            factor, info = torch.linalg.cholesky_ex(sym, upper=not lower)
+            bad = (info.unsqueeze(-1) > 0) & (torch.arange(t.shape[-1]) >= (info - 1).unsqueeze(-1))
+            return factor.masked_fill(bad.unsqueeze(-2) if lower else bad.unsqueeze(-1), math.nan)
+        return self._emit("cholesky", (a,), a.dtype, a.shape, (int(lower),), (), self._ref(ref))
+
+    def triangular_solve(self, a: Value, b: Value, left_side: bool, lower: bool, unit_diagonal: bool = False,
+                         transpose_a: bool = False) -> Value:
+        """x with op(a) @ x = b (left_side) or x @ op(a) = b, op(a) = a or a^T; a [..., n, n]
+        reads only its `lower` (else upper) triangle, and not its diagonal when unit_diagonal;
+        b [..., n, k] (left) or [..., k, n], with a's batch dims and dtype (float32/float64)."""
+        r = a.rank
+        _check(r >= 2 and a.shape[-1] == a.shape[-2] and b.rank == r, "triangular_solve", f"operands {a}, {b}")
+        _check(a.dtype == b.dtype and a.dtype in (torch.float32, torch.float64), "triangular_solve",
+               f"needs float32 or float64 operands of one dtype, got {a.dtype}, {b.dtype}")
+        _check(a.shape[:-2] == b.shape[:-2] and b.shape[-2 if left_side else -1] == a.shape[-1],
+               "triangular_solve", f"b {b} does not match a {a}")
+
+        def ref():
+            t = a.data.tril() if lower else a.data.triu()
+            m = t.mT if transpose_a else t
+            return torch.linalg.solve_triangular(m, b.data, upper=transpose_a == lower, left=left_side,
+                                                 unitriangular=unit_diagonal)
+        return self._emit("triangular_solve", (a, b), b.dtype, b.shape,
+                          (int(left_side), int(lower), int(unit_diagonal), int(transpose_a)), (), self._ref(ref))
 
     # -- convenience wrappers for lowerings ------------------------------------------------
     def __getattr__(self, name: str):

@@ -187,7 +187,7 @@ std::vector<bool> recomputed_scalars(const ir::Graph& g, const std::vector<bool>
 
 Kernel make_kernel(const ir::Graph& g, int32_t id) {
   for (auto make : {make_elementwise_kernel, make_rng_kernel, make_data_kernel, make_reduce_kernel,
-                    make_contract_kernel}) {
+                    make_contract_kernel, make_linalg_kernel}) {
     if (Kernel k = make(g, id)) return k;
   }
   TPU_CHECK_NOT_IMPLEMENTED(false, "host runtime: no kernel for ", ir::node_to_string(g, id));

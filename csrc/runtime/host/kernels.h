@@ -49,6 +49,7 @@ Kernel make_rng_kernel(const ir::Graph& g, int32_t id);          // kernels_rng.
 Kernel make_data_kernel(const ir::Graph& g, int32_t id);         // kernels_data.cpp
 Kernel make_reduce_kernel(const ir::Graph& g, int32_t id);       // kernels_reduce.cpp
 Kernel make_contract_kernel(const ir::Graph& g, int32_t id);     // kernels_contract.cpp
+Kernel make_linalg_kernel(const ir::Graph& g, int32_t id);       // kernels_linalg.cpp
 // Multiply-adds of a dot_general or convolution node (what its kernel splits by, divided by
 // kMultiplyAddsPerElement); 0 for other ops.
 int64_t contraction_macs(const ir::Graph& g, int32_t id);  // kernels_contract.cpp
