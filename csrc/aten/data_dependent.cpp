@@ -1,5 +1,6 @@
-// Ops whose output shape depends on tensor values. Each synchronizes once to learn the size,
-// then runs lowered ops with static shapes (nonzero -> count + nonzero_static).
+// Ops that read tensor values on the host: output shapes that depend on them (each
+// synchronizes once to learn the size, then runs lowered ops with static shapes: nonzero ->
+// count + nonzero_static), and errors that do (torch.cholesky's not-positive-definite check).
 #include <ATen/Functions.h>
 #include <c10/util/Exception.h>
 
@@ -119,6 +120,15 @@ at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymIn
   const at::Tensor ends = at::cumsum(repeats, 0, c10::kLong);
   const at::Tensor positions = at::arange(total, repeats.options().dtype(c10::kLong));
   return at::searchsorted(ends, positions, /*out_int32=*/repeats.scalar_type() == c10::kInt, /*right=*/true);
+}
+
+// torch.cholesky (deprecated): linalg.cholesky_ex, then one host read of `info` to raise the
+// CPU kernel's error for a matrix that is not positive-definite.
+at::Tensor cholesky(const at::Tensor& self, bool upper) {
+  auto [factor, info] = at::linalg_cholesky_ex(self, upper, /*check_errors=*/false);
+  device::FlushCauseScope cause(device::FlushCause::kDataDependent);
+  at::_linalg_check_errors(info, "cholesky", self.dim() == 2);
+  return factor;
 }
 
 bool equal(const at::Tensor& self, const at::Tensor& other) {

@@ -54,6 +54,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, b
 std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, bool return_inverse);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
                                                                   bool return_counts, std::optional<int64_t> dim);
+at::Tensor cholesky(const at::Tensor& self, bool upper);
 at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymInt> output_size);
 void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 

@@ -36,6 +36,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_unique", TORCH_FN(unique));
   m.impl("unique_consecutive", TORCH_FN(unique_consecutive));
   m.impl("repeat_interleave.Tensor", TORCH_FN(repeat_interleave));
+  m.impl("cholesky", TORCH_FN(cholesky));
   m.impl("index.Tensor", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
   m.impl("_index_put_impl_", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
   m.impl("index_put", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());

@@ -773,12 +773,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('bincount', '', 'int64', 'strict'): 'no lowering for aten::bincount',
     ('bincount', '', 'int8', 'strict'): 'no lowering for aten::bincount',
     ('bincount', '', 'uint8', 'strict'): 'no lowering for aten::bincount',
-    # no lowering: no lowering for aten::cholesky — 1 entries, 5 checks
-    ('cholesky', '', 'float32', 'debug'): 'no lowering for aten::cholesky',
-    ('cholesky', '', 'float32', 'grad'): 'no lowering for aten::cholesky',
-    ('cholesky', '', 'float32', 'strict'): 'no lowering for aten::cholesky',
-    ('cholesky', '', 'float64', 'grad'): 'no lowering for aten::cholesky',
-    ('cholesky', '', 'float64', 'strict'): 'no lowering for aten::cholesky',
     # no lowering: no lowering for aten::embedding_renorm — 1 entries, 5 checks
     ('nn.functional.embedding', '', 'bfloat16', 'strict'): 'no lowering for aten::embedding_renorm',
     ('nn.functional.embedding', '', 'float16', 'strict'): 'no lowering for aten::embedding_renorm',
