@@ -57,6 +57,13 @@ Runs consecutive_runs(const at::Tensor& v) {
 
 at::Tensor no_output(const at::Tensor& self) { return at::empty({0}, self.options().dtype(c10::kLong)); }
 
+// unique's results for a tensor without elements (the inverse keeps the input's shape).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> no_elements(const at::Tensor& self, bool return_inverse) {
+  return {at::empty({0}, self.options()),
+          return_inverse ? at::empty(self.sizes(), self.options().dtype(c10::kLong)) : no_output(self),
+          no_output(self)};
+}
+
 }  // namespace
 
 // torch.unique: a stable sort, then runs of equal values; sorted=False sorts too, as ATen's CPU
@@ -64,11 +71,7 @@ at::Tensor no_output(const at::Tensor& self) { return at::empty({0}, self.option
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool /*sorted*/, bool return_inverse,
                                                        bool return_counts) {
   const at::Tensor flat = self.reshape({-1});
-  if (flat.numel() == 0) {
-    return {at::empty({0}, self.options()),
-            return_inverse ? at::empty(self.sizes(), self.options().dtype(c10::kLong)) : no_output(self),
-            no_output(self)};
-  }
+  if (flat.numel() == 0) return no_elements(self, return_inverse);
   auto [sorted_values, order] = at::sort(flat, /*stable=*/true, 0, /*descending=*/false);
   Runs r = consecutive_runs(sorted_values);
   at::Tensor inverse = no_output(self);
@@ -91,11 +94,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tens
             c10::toString(self.scalar_type()) + "); without dim it works on the flattened tensor.");
   }
   const at::Tensor flat = self.reshape({-1});
-  if (flat.numel() == 0) {
-    return {at::empty({0}, self.options()),
-            return_inverse ? at::empty(self.sizes(), self.options().dtype(c10::kLong)) : no_output(self),
-            no_output(self)};
-  }
+  if (flat.numel() == 0) return no_elements(self, return_inverse);
   Runs r = consecutive_runs(flat);
   return {r.values, return_inverse ? r.run_of.view(self.sizes()) : no_output(self),
           return_counts ? r.counts : no_output(self)};
