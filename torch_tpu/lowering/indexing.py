@@ -204,9 +204,10 @@ def scatter_reduce(b: GraphBuilder, x: Value, dim: int, index: Value, src: Value
     return b.convert(q, x.dtype)
 
 
-def _index_scatter(b: GraphBuilder, x: Value, dim: int, index: Value, source: Value, mode: str,
-                   what: str) -> Value:
-    """index_add/index_copy: source slices written at index positions along dim."""
+def _index_source(b: GraphBuilder, x: Value, dim: int, index: Value, source: Value,
+                  what: str) -> tuple[int, Value, Value, Value]:
+    """index_add/index_copy/index_reduce operands: (dim, x as rank >= 1, source in x's dtype,
+    the index spread over source's slices along dim), after ATen's shape checks."""
     d = _dim_of(x, dim)
     idx = _index_1d(b, index, what)
     xs = _as_rank1(b, x)
@@ -216,9 +217,15 @@ def _index_scatter(b: GraphBuilder, x: Value, dim: int, index: Value, source: Va
             or src.shape[d] != idx.shape[0]:
         raise RuntimeError(f"{what}(): Source/destination tensor must have same slice shapes and the index length "
                            f"must match the source size along dim {d}")
-    if idx.shape[0] == 0:
+    return d, xs, src, b.broadcast_in_dim(idx, src.shape, [d])
+
+
+def _index_scatter(b: GraphBuilder, x: Value, dim: int, index: Value, source: Value, mode: str,
+                   what: str) -> Value:
+    """index_add/index_copy: source slices written at index positions along dim."""
+    d, xs, src, full = _index_source(b, x, dim, index, source, what)
+    if full.numel() == 0:
         return x
-    full = b.broadcast_in_dim(idx, src.shape, [d])
     return b.reshape(b.scatter(xs, full, src, d, mode), x.shape)
 
 
@@ -229,18 +236,9 @@ def index_reduce(b: GraphBuilder, x: Value, dim: int, index: Value, source: Valu
     same counts for "mean" (self counted when included, floor division for integers)."""
     if reduce not in ("prod", "mean", "amax", "amin"):
         raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
-    d = _dim_of(x, dim)
-    idx = _index_1d(b, index, "index_reduce")
-    xs = _as_rank1(b, x)
-    src = b.convert(source, x.dtype)
-    src = b.reshape(src, [1]) if source.rank == 0 else src
-    if src.rank != xs.rank or any(src.shape[k] != xs.shape[k] for k in range(xs.rank) if k != d) \
-            or src.shape[d] != idx.shape[0]:
-        raise RuntimeError(f"index_reduce(): Source/destination tensor must have same slice shapes and the index "
-                           f"length must match the source size along dim {d}")
-    if idx.shape[0] == 0:
+    d, xs, src, full = _index_source(b, x, dim, index, source, "index_reduce")
+    if full.numel() == 0:
         return x
-    full = b.broadcast_in_dim(idx, src.shape, [d])
     return b.reshape(scatter_reduce(b, xs, d, full, src, reduce, include_self), x.shape)
 
 
@@ -445,7 +443,7 @@ def mode(b: GraphBuilder, x: Value, dim: int = -1, keepdim: bool = False) -> tup
     kernels) and an index where it occurs (which one is unspecified: CPU returns one picked by
     an unstable sort). A stable sort, runs of equal neighbours (NaN equals nothing), each
     run's length by a scatter-add, then the first element of the longest run."""
-    from .reductions import _arg, _finish, cumsum  # reductions does not import indexing
+    from .reductions import _arg, cumsum  # reductions does not import indexing
 
     if x.rank == 0:
         return x, b.full(0, torch.int64, ())
