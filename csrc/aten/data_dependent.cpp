@@ -2,11 +2,13 @@
 // synchronizes once to learn the size, then runs lowered ops with static shapes: nonzero ->
 // count + nonzero_static), and errors that do (torch.cholesky's not-positive-definite check).
 #include <ATen/Functions.h>
+#include <c10/core/WrapDimMinimal.h>
 #include <c10/util/Exception.h>
 
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "aten/kernels.h"
 #include "common/check.h"
@@ -31,17 +33,22 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
 
 namespace {
 
-// Runs of equal neighbours in a 1-d tensor (NaN equals nothing, -0.0 equals 0.0, as ATen's
-// unique): the first value of each run, each element's run, and the run lengths. One sync
-// learns the number of runs; everything else has static shapes.
+// Runs of equal neighbours among the elements of a 1-d tensor or the rows of a 2-d one (NaN
+// equals nothing, -0.0 equals 0.0, as ATen's unique): the first element (row) of each run,
+// each one's run, and the run lengths. One sync learns the number of runs; everything else
+// has static shapes.
 struct Runs {
   at::Tensor values, run_of, counts;
 };
 
 Runs consecutive_runs(const at::Tensor& v) {
-  const int64_t n = v.numel();
+  const int64_t n = v.size(0);
   at::Tensor starts = at::ones({n}, v.options().dtype(c10::kBool));
-  if (n > 1) starts = at::cat({starts.slice(0, 0, 1), at::ne(v.slice(0, 1), v.slice(0, 0, n - 1))});
+  if (n > 1) {
+    at::Tensor differs = at::ne(v.slice(0, 1), v.slice(0, 0, n - 1));
+    if (v.dim() == 2) differs = differs.any(1);
+    starts = at::cat({starts.slice(0, 0, 1), differs});
+  }
   int64_t runs = 0;
   {
     device::FlushCauseScope cause(device::FlushCause::kDataDependent);
@@ -64,7 +71,54 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> no_elements(const at::Tensor& sel
           no_output(self)};
 }
 
+// The slices of `self` along `dim` as the rows of a matrix, and back.
+at::Tensor slices_as_rows(const at::Tensor& self, int64_t dim) {
+  return self.movedim(dim, 0).reshape({self.size(dim), -1});
+}
+at::Tensor rows_as_slices(const at::Tensor& rows, const at::Tensor& like, int64_t dim) {
+  std::vector<int64_t> shape = like.movedim(dim, 0).sizes().vec();
+  shape[0] = rows.size(0);
+  return rows.reshape(shape).movedim(0, dim);
+}
+
+// unique with dim= refuses other empty dims, as ATen does.
+void check_slices(const at::Tensor& self, int64_t dim) {
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    TORCH_CHECK(d == dim || self.size(d) > 0 || self.size(dim) == 0,
+                "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+  }
+}
+
 }  // namespace
+
+// torch.unique(dim=): slices along dim in lexicographic order (one stable sort per element of a
+// slice, last element first, as a radix sort), then runs of equal neighbouring slices.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim(const at::Tensor& self, int64_t dim, bool /*sorted*/,
+                                                          bool return_inverse, bool return_counts) {
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  check_slices(self, dim);
+  if (self.size(dim) == 0) return {self.clone(), no_output(self), no_output(self)};
+  const at::Tensor rows = slices_as_rows(self, dim);
+  at::Tensor order = at::arange(rows.size(0), self.options().dtype(c10::kLong));
+  for (int64_t c = rows.size(1) - 1; c >= 0; --c) {
+    const at::Tensor key = rows.select(1, c).index_select(0, order);
+    order = order.index_select(0, std::get<1>(at::sort(key, /*stable=*/true, 0, /*descending=*/false)));
+  }
+  Runs r = consecutive_runs(rows.index_select(0, order));
+  at::Tensor inverse = no_output(self);
+  if (return_inverse) inverse = at::empty_like(r.run_of).scatter_(0, order, r.run_of);
+  return {rows_as_slices(r.values, self, dim), inverse, return_counts ? r.counts : no_output(self)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim_consecutive(const at::Tensor& self, int64_t dim,
+                                                                      bool return_inverse, bool return_counts) {
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  check_slices(self, dim);
+  if (self.size(dim) == 0) return {self.clone(), no_output(self), no_output(self)};
+  Runs r = consecutive_runs(slices_as_rows(self, dim));
+  return {rows_as_slices(r.values, self, dim), return_inverse ? r.run_of : no_output(self),
+          return_counts ? r.counts : no_output(self)};
+}
 
 // torch.unique: a stable sort, then runs of equal values; sorted=False sorts too, as ATen's CPU
 // kernel does. The inverse goes back through the sort's permutation.
@@ -86,13 +140,8 @@ std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, b
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
                                                                   bool return_counts, std::optional<int64_t> dim) {
-  if (dim.has_value() && self.dim() > 1) {
-    throw c10::NotImplementedError(
-        {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-        std::string("torch_tpu: 'aten::unique_consecutive' with dim= on a tensor of rank > 1 is not implemented for "
-                    "the tpu device (dtypes: ") +
-            c10::toString(self.scalar_type()) + "); without dim it works on the flattened tensor.");
-  }
+  if (dim.has_value() && self.dim() > 1)
+    return torch_tpu::aten::unique_dim_consecutive(self, *dim, return_inverse, return_counts);
   const at::Tensor flat = self.reshape({-1});
   if (flat.numel() == 0) return no_elements(self, return_inverse);
   Runs r = consecutive_runs(flat);

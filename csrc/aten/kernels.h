@@ -55,6 +55,10 @@ std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, b
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
                                                                   bool return_counts, std::optional<int64_t> dim);
 at::Tensor cholesky(const at::Tensor& self, bool upper);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim(const at::Tensor& self, int64_t dim, bool sorted,
+                                                          bool return_inverse, bool return_counts);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim_consecutive(const at::Tensor& self, int64_t dim,
+                                                                      bool return_inverse, bool return_counts);
 at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymInt> output_size);
 void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 

@@ -37,6 +37,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unique_consecutive", TORCH_FN(unique_consecutive));
   m.impl("repeat_interleave.Tensor", TORCH_FN(repeat_interleave));
   m.impl("cholesky", TORCH_FN(cholesky));
+  m.impl("unique_dim", TORCH_FN(unique_dim));
+  m.impl("unique_dim_consecutive", TORCH_FN(unique_dim_consecutive));
   m.impl("index.Tensor", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
   m.impl("_index_put_impl_", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());
   m.impl("index_put", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());

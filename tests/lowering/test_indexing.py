@@ -207,10 +207,23 @@ def test_unique_and_repeat_interleave_sync_once_and_match_cpu():
     assert torch.equal(out.cpu(), torch.tensor([0, 1, 1]))
 
 
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_unique_and_unique_consecutive_along_a_dim(dim):
+    # Slices in lexicographic order (unique rows of an edge list, say), inverse and counts as on CPU.
+    torch.manual_seed(0)
+    x = torch.randint(0, 3, (6, 3, 2))
+    x[3] = x[0]
+    for fn in (torch.unique, torch.unique_consecutive):
+        exp = fn(x, dim=dim, return_inverse=True, return_counts=True)
+        got = fn(x.to("tpu"), dim=dim, return_inverse=True, return_counts=True)
+        for g, e in zip(got, exp):
+            assert torch.equal(g.cpu(), e), (fn, dim, g, e)
+    with pytest.raises(RuntimeError, match="0 sized dimensions"):
+        torch.unique(torch.empty(2, 0, device="tpu"), dim=0)
+
+
 def test_unique_consecutive_and_repeat_interleave_errors():
     with pytest.raises(RuntimeError, match="repeats can not be negative"):
         torch.repeat_interleave(torch.tensor([1, -1], device="tpu"))
-    with pytest.raises(NotImplementedError, match="unique_consecutive.*dim"):
-        torch.unique_consecutive(torch.ones(2, 3, device="tpu"), dim=1)
     got = torch.unique_consecutive(torch.tensor([[1, 1], [2, 1]], device="tpu"), return_counts=True)
     assert torch.equal(got[0].cpu(), torch.tensor([1, 2, 1])) and torch.equal(got[1].cpu(), torch.tensor([2, 1, 1]))
