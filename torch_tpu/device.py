@@ -268,6 +268,40 @@ def reset_accumulated_memory_stats(device: _DeviceLike = None) -> None:
     _C._reset_accumulated_memory_stats(_index(device))
 
 
+def set_per_process_memory_fraction(fraction: float, device: _DeviceLike = None) -> None:
+    """Limit this process's device memory (reserved bytes, cache included) to `fraction` of the
+    device's capacity; beyond it an allocation raises torch.OutOfMemoryError, as on CUDA."""
+    _C._set_memory_fraction(float(fraction), _index(device))
+
+
+def get_per_process_memory_fraction(device: _DeviceLike = None) -> float:
+    return _C._memory_fraction(_index(device))
+
+
+def memory_stats_as_nested_dict(device: _DeviceLike = None) -> dict:
+    """memory_stats() with its dotted keys as nested dicts, as torch.cuda's."""
+    out: dict = {}
+    for key, value in memory_stats(device).items():
+        node = out
+        *path, leaf = key.split(".")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def is_current_stream_capturing() -> bool:
+    """Always False: tpu streams have no graph capture (torch.cuda parity for libraries that ask)."""
+    return False
+
+
+OutOfMemoryError = torch.OutOfMemoryError
+# Deprecated torch.cuda names, kept there too.
+memory_cached = memory_reserved
+max_memory_cached = max_memory_reserved
+reset_max_memory_cached = reset_peak_memory_stats
+
+
 def empty_cache() -> None:
     """Return cached, unused device memory (of every device) to the system."""
     for i in range(device_count()):

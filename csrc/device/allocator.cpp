@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -39,6 +40,7 @@ struct Pool {
   std::unordered_map<size_t, std::vector<Block*>> cached;  // rounded size -> free blocks
   std::unordered_map<const void*, Block*> live;
   MemoryStats stats;
+  std::atomic<double> fraction{1.0};  // of the device's capacity this process may reserve
 
   void release_cache_locked() {
     for (auto& [size, blocks] : cached) {
@@ -112,7 +114,9 @@ c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes
   Pool& p = pool(device);
   if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, nullptr, dev);
   const size_t size = round_size(nbytes);
-  const uint64_t cap = capacity(device);
+  const uint64_t full = capacity(device);
+  const double fraction = p.fraction.load(std::memory_order_relaxed);
+  const uint64_t cap = fraction < 1.0 ? static_cast<uint64_t>(static_cast<double>(full) * fraction) : full;
   for (int attempt = 0;; ++attempt) {
     {
       std::lock_guard<std::mutex> g(p.mu);
@@ -149,10 +153,13 @@ c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes
       if (attempt >= 2) {
         p.stats.num_ooms++;
         uint64_t free_bytes = cap > p.stats.reserved ? cap - p.stats.reserved : 0;
+        const std::string limit = cap < full ? "this process may use " + fmt_bytes(cap) + " of the device's " +
+                                                   fmt_bytes(full) + " (torch.tpu.set_per_process_memory_fraction)"
+                                             : "the device has a capacity of " + fmt_bytes(cap);
         TORCH_CHECK_WITH(OutOfMemoryError, false, "torch_tpu: out of memory on tpu:", static_cast<int>(device),
-                         ". Tried to allocate ", fmt_bytes(nbytes), "; the device has a capacity of ",
-                         fmt_bytes(cap), ", of which ", fmt_bytes(p.stats.allocated), " is allocated by tensors and ",
-                         fmt_bytes(free_bytes), " is free (", fmt_bytes(p.stats.reserved - p.stats.allocated),
+                         ". Tried to allocate ", fmt_bytes(nbytes), "; ", limit, ", of which ",
+                         fmt_bytes(p.stats.allocated), " is allocated by tensors and ", fmt_bytes(free_bytes),
+                         " is free (", fmt_bytes(p.stats.reserved - p.stats.allocated),
                          " cached). Free tensors or raise TORCH_TPU_HOST_MEMORY.");
       }
     }
@@ -245,6 +252,13 @@ std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex device
   const uint64_t reserved = stats(device).reserved;
   return {static_cast<size_t>(total > reserved ? total - reserved : 0), static_cast<size_t>(total)};
 }
+
+void DeviceAllocator::set_memory_fraction(c10::DeviceIndex device, double fraction) {
+  TORCH_CHECK_VALUE(fraction >= 0.0 && fraction <= 1.0, "Invalid fraction value: ", fraction, ". Allowed range: 0~1");
+  pool(device).fraction.store(fraction);
+}
+
+double DeviceAllocator::memory_fraction(c10::DeviceIndex device) const { return pool(device).fraction.load(); }
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &DeviceAllocator::get());
 

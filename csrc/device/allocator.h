@@ -65,6 +65,11 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   // (free, total) bytes; free excludes memory held by the cache, like torch.tpu.mem_get_info.
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
 
+  // torch.tpu.set_per_process_memory_fraction: allocations beyond fraction x capacity of the
+  // device raise OutOfMemoryError (after releasing the cache and waiting for queued work).
+  void set_memory_fraction(c10::DeviceIndex device, double fraction);
+  double memory_fraction(c10::DeviceIndex device) const;
+
  private:
   DeviceAllocator() = default;
 };

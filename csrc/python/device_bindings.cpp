@@ -64,6 +64,11 @@ void init_device_bindings(py::module_& m) {
     d["num_cache_hits"] = s.num_cache_hits;
     return d;
   });
+  m.def("_set_memory_fraction", [](double fraction, int i) {
+    DeviceAllocator::get().set_memory_fraction(static_cast<c10::DeviceIndex>(i), fraction);
+  });
+  m.def("_memory_fraction",
+        [](int i) { return DeviceAllocator::get().memory_fraction(static_cast<c10::DeviceIndex>(i)); });
   m.def("_reset_peak_memory_stats", [](int i) { DeviceAllocator::get().reset_peak(static_cast<c10::DeviceIndex>(i)); });
   m.def("_reset_accumulated_memory_stats",
         [](int i) { DeviceAllocator::get().reset_accumulated(static_cast<c10::DeviceIndex>(i)); });

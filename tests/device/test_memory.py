@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 MiB = 1 << 20
@@ -150,3 +151,34 @@ def test_program_intermediates_are_recycled() -> None:
     assert after["live_bytes"] == 0 and after["cached_bytes"] >= 512 * 256 * 4
     torch.tpu.empty_cache()
     assert torch_tpu.metrics()["host_scratch"]["cached_bytes"] == 0
+
+
+def test_per_process_memory_fraction_limits_allocations() -> None:
+    _settle()
+    capacity = torch.tpu.get_device_properties(0).total_memory
+    assert torch.tpu.get_per_process_memory_fraction() == 1.0
+    limit_mib = 64
+    torch.tpu.set_per_process_memory_fraction(limit_mib * 2**20 / capacity)
+    try:
+        x = torch.empty(16 * 2**20 // 4, device="tpu")  # 16 MiB fits
+        with pytest.raises(torch.tpu.OutOfMemoryError, match="this process may use 64.00 MiB of the device's"):
+            torch.empty(128 * 2**20 // 4, device="tpu")
+        assert torch.tpu.OutOfMemoryError is torch.OutOfMemoryError
+        y = x + 1  # still usable after the error
+        assert y.shape == x.shape
+    finally:
+        torch.tpu.set_per_process_memory_fraction(1.0)
+    z = torch.empty(128 * 2**20 // 4, device="tpu")  # the limit is gone
+    del x, y, z
+    with pytest.raises(ValueError, match="Allowed range: 0~1"):
+        torch.tpu.set_per_process_memory_fraction(1.5)
+
+
+def test_cuda_parity_names() -> None:
+    x = torch.ones(1000, device="tpu")
+    nested = torch.tpu.memory_stats_as_nested_dict()
+    assert nested["allocated_bytes"]["all"]["current"] == torch.tpu.memory_allocated() > 0
+    assert torch.tpu.memory_cached() == torch.tpu.memory_reserved()
+    assert torch.tpu.max_memory_cached() == torch.tpu.max_memory_reserved()
+    assert torch.tpu.is_current_stream_capturing() is False
+    del x
