@@ -290,6 +290,22 @@ def memory_stats_as_nested_dict(device: _DeviceLike = None) -> dict:
     return out
 
 
+def set_sync_debug_mode(debug_mode: int | str) -> None:
+    """Warn (1, "warn") or raise (2, "error") at every operation that makes the host wait for
+    device values (.item(), .cpu(), printing, data-dependent shapes); 0 / "default" turns it
+    off. As torch.cuda.set_sync_debug_mode."""
+    if isinstance(debug_mode, str):
+        modes = {"default": 0, "warn": 1, "error": 2}
+        if debug_mode not in modes:
+            raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
+        debug_mode = modes[debug_mode]
+    _C._set_sync_debug_mode(int(debug_mode))
+
+
+def get_sync_debug_mode() -> int:
+    return _C._sync_debug_mode()
+
+
 def is_current_stream_capturing() -> bool:
     """Always False: tpu streams have no graph capture (torch.cuda parity for libraries that ask)."""
     return False

@@ -50,6 +50,7 @@ at::Tensor detached_alias(const at::Tensor& t) {
 }
 
 void wait_for(const at::Tensor& t) {
+  device::note_host_sync();
   device::FlushCauseScope cause(device::FlushCause::kHostRead);
   device::synchronize_stream(device::current_stream(t.device().index()));
   exec::metrics().host_syncs++;

@@ -222,6 +222,26 @@ void flush_pending(c10::DeviceIndex device, FlushCause fallback) {
   hook(device, t_flush_cause >= 0 ? static_cast<FlushCause>(t_flush_cause) : fallback);
 }
 
+namespace {
+std::atomic<int> g_sync_debug_mode{0};
+}  // namespace
+
+void set_sync_debug_mode(int mode) {
+  TORCH_CHECK_VALUE(mode >= 0 && mode <= 2, "invalid value of debug_mode, expected one of 0, 1, 2");
+  g_sync_debug_mode.store(mode);
+}
+int sync_debug_mode() { return g_sync_debug_mode.load(std::memory_order_relaxed); }
+
+void note_host_sync() {
+  const int mode = sync_debug_mode();
+  if (mode == 0) return;
+  constexpr const char* kWhat =
+      "called a synchronizing tpu operation (a host read of device values: .item(), .cpu(), "
+      "printing, a data-dependent shape)";
+  TORCH_CHECK(mode != 2, kWhat, "; torch.tpu.set_sync_debug_mode('error') is set");
+  TORCH_WARN(kWhat, "; torch.tpu.set_sync_debug_mode('warn') is set");
+}
+
 FlushCauseScope::FlushCauseScope(FlushCause cause) : prev(t_flush_cause) {
   if (t_flush_cause < 0) t_flush_cause = static_cast<int>(cause);  // the outermost cause wins
 }

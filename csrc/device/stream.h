@@ -85,6 +85,13 @@ void set_pending_flush_hook(PendingFlushHook hook);
 // Flushes pending fused work (cheap no-op when nothing is pending). The cause is the innermost
 // FlushCauseScope of this thread, else `fallback`.
 void flush_pending(c10::DeviceIndex device, FlushCause fallback = FlushCause::kSynchronize);
+// torch.tpu.set_sync_debug_mode, as torch.cuda's: 0 quiet, 1 warn, 2 raise at every operation
+// that makes the host wait for device values (.item(), .cpu(), printing, data-dependent
+// shapes). note_host_sync() applies the mode; callers are the host-read paths.
+void set_sync_debug_mode(int mode);
+int sync_debug_mode();
+void note_host_sync();
+
 struct FlushCauseScope {
   explicit FlushCauseScope(FlushCause cause);
   ~FlushCauseScope();

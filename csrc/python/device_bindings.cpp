@@ -64,6 +64,8 @@ void init_device_bindings(py::module_& m) {
     d["num_cache_hits"] = s.num_cache_hits;
     return d;
   });
+  m.def("_set_sync_debug_mode", [](int mode) { set_sync_debug_mode(mode); });
+  m.def("_sync_debug_mode", [] { return sync_debug_mode(); });
   m.def("_set_memory_fraction", [](double fraction, int i) {
     DeviceAllocator::get().set_memory_fraction(static_cast<c10::DeviceIndex>(i), fraction);
   });

@@ -251,3 +251,30 @@ def test_metrics_count_ops_and_transfers() -> None:
     assert m["bytes_from_device"] >= 4
     assert m["host_syncs"] >= 1
     assert m["fallbacks"] == {}
+
+
+def test_sync_debug_mode_warns_or_raises_at_host_reads() -> None:
+    import warnings
+
+    x = torch.arange(4.0, device="tpu")
+    y = x * 2  # no host read: never reported
+    try:
+        torch.tpu.set_sync_debug_mode("warn")
+        assert torch.tpu.get_sync_debug_mode() == 1
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            z = y + 1
+            assert not caught
+            assert z.sum().item() == 16.0
+        assert any("synchronizing tpu operation" in str(w.message) for w in caught), caught
+        torch.tpu.set_sync_debug_mode(2)
+        with pytest.raises(RuntimeError, match="synchronizing tpu operation"):
+            y.cpu()
+        with pytest.raises(RuntimeError, match="synchronizing tpu operation"):
+            torch.nonzero(y)
+    finally:
+        torch.tpu.set_sync_debug_mode("default")
+    assert torch.tpu.get_sync_debug_mode() == 0
+    assert torch.equal(y.cpu(), torch.tensor([0.0, 2.0, 4.0, 6.0]))  # usable after the errors
+    with pytest.raises(RuntimeError, match="invalid value of debug_mode"):
+        torch.tpu.set_sync_debug_mode("loud")
