@@ -1,6 +1,7 @@
 """Lowerings: special functions and small ops built from IR arithmetic.
 
-angle (real dtypes), polygamma (digamma / trigamma / Hurwitz zeta), prims::zeta, cummax/cummin
+angle (real dtypes), modified Bessel functions i0/i0e/i1/i1e, polygamma (digamma / trigamma /
+Hurwitz zeta), prims::zeta, cummax/cummin
 helpers, put, tril_indices/triu_indices. Each follows the CPU kernel's algorithm (ATen's
 Math.h for the special functions) in the op-math dtype, so results agree with CPU to rounding.
 """
@@ -45,6 +46,69 @@ def angle(b: GraphBuilder, x: Value) -> Value:
     if comp.is_floating_point:
         out = b.select(_isnan(b, xc), xc, out)
     return b.convert(out, res)
+
+
+# -- modified Bessel functions I0, I1 (and exp(-|x|)-scaled) ---------------------------------
+
+_SERIES_TERMS = 50     # |x| <= _SERIES_UNTIL: the power series, below double rounding there
+_SERIES_UNTIL = 30.0
+_ASYMPTOTIC_TERMS = 20  # beyond: Hankel's asymptotic expansion, below double rounding for x > 30
+
+
+def _asymptotic_coefficients(order: int) -> list[float]:
+    """c_k of I_order(x) ~ e^x / sqrt(2 pi x) * sum_k c_k / x^k (DLMF 10.40.1)."""
+    mu, coef, out = 4 * order * order, 1.0, [1.0]
+    for k in range(1, _ASYMPTOTIC_TERMS):
+        coef *= -(mu - (2 * k - 1) ** 2) / (k * 8)
+        out.append(coef)
+    return out
+
+
+def _bessel_i(b: GraphBuilder, x: Value, order: int, scaled: bool) -> Value:
+    """I_order(x) for order 0 or 1 (times exp(-|x|) when scaled), x in float64: the power series
+    sum_k (x^2/4)^k / (k! (k+order)!) (x/2)^order up to |x| = 30, the asymptotic expansion
+    beyond it. Both are accurate to double rounding there, so results match CPU's Chebyshev
+    fits (Cephes) to the result dtype's rounding."""
+    ax = b.abs(x)
+    q = b.mul(b.mul(ax, ax), _k(b, 0.25, ax))
+    term = _k(b, 1.0, ax)
+    total = term
+    for k in range(1, _SERIES_TERMS):
+        term = b.mul(term, b.div(q, _k(b, float(k * (k + order)), ax)))
+        total = b.add(total, term)
+    if order == 1:
+        total = b.mul(total, b.mul(ax, _k(b, 0.5, ax)))
+    series = b.mul(total, b.exp(b.neg(ax))) if scaled else total
+    # Asymptotic: sum_k c_k / x^k by Horner in 1/x, over sqrt(2 pi x), times e^x unless scaled.
+    big = b.max(ax, _k(b, _SERIES_UNTIL, ax))  # keeps the unused branch finite
+    inv = b.div(_k(b, 1.0, ax), big)
+    acc = _k(b, 0.0, ax)
+    for c in reversed(_asymptotic_coefficients(order)):
+        acc = b.add(b.mul(acc, inv), _k(b, c, ax))
+    asym = b.div(acc, b.sqrt(b.mul(big, _k(b, 2 * math.pi, ax))))
+    if not scaled:
+        asym = b.mul(asym, b.exp(big))
+    out = b.select(b.compare("le", ax, _k(b, _SERIES_UNTIL, ax)), series, asym)
+    # At +-inf ATen's kernels give 0 scaled and NaN unscaled (their e^x * c / sqrt(x) is inf / inf).
+    out = b.select(b.compare("eq", ax, _k(b, math.inf, ax)), _k(b, 0.0 if scaled else math.nan, ax), out)
+    out = b.select(_isnan(b, x), x, out)
+    if order == 1:  # odd
+        out = b.select(b.compare("lt", x, _k(b, 0, x)), b.neg(out), out)
+    return out
+
+
+def _bessel_lowering(order: int, scaled: bool):
+    def lower(b: GraphBuilder, x: Value) -> Value:
+        _, res = _unary_comp(x)
+        return b.convert(_bessel_i(b, b.convert(x, torch.float64), order, scaled), res)
+    return lower
+
+
+register(aten.i0.default, prims.bessel_i0.default, aten.special_modified_bessel_i0.default)(_bessel_lowering(0, False))
+register(aten.special_i0e.default, prims.bessel_i0e.default)(_bessel_lowering(0, True))
+register(aten.special_i1.default, prims.bessel_i1.default, aten.special_modified_bessel_i1.default)(
+    _bessel_lowering(1, False))
+register(aten.special_i1e.default, prims.bessel_i1e.default)(_bessel_lowering(1, True))
 
 
 # -- polygamma / zeta --------------------------------------------------------------------------
