@@ -19,7 +19,7 @@ import torch
 from ..ir.builder import GraphBuilder, Value
 from .core import broadcast_shapes, broadcast_to, canonical_dim, contiguous_strides, numel, opmath
 from .registry import register
-from .shape import full_i64, move_dim_last, take_along_axis
+from .shape import full_i64, move_dim_last, narrow, take_along_axis
 
 aten = torch.ops.aten
 
@@ -454,10 +454,8 @@ def mode(b: GraphBuilder, x: Value, dim: int = -1, keepdim: bool = False) -> tup
     values, perm = _sort(b, x, d, False)
     starts = b.full(True, torch.bool, [*x.shape[:d], 1, *x.shape[d + 1:]])
     if n > 1:
-        lo, hi = [0] * x.rank, list(x.shape)
-        head, tail = list(hi), list(lo)
-        head[d], tail[d] = n - 1, 1
-        starts = b.concatenate([starts, b.compare("ne", b.slice(values, tail, hi), b.slice(values, lo, head))], d)
+        differs = b.compare("ne", narrow(b, values, d, 1, n - 1), narrow(b, values, d, 0, n - 1))
+        starts = b.concatenate([starts, differs], d)
     run_of = b.sub(cumsum(b, b.convert(starts, torch.int64), d), full_i64(b, 1, x.shape))
     lengths = b.scatter(full_i64(b, 0, x.shape), run_of, full_i64(b, 1, x.shape), d, "add")
     best = _arg(b, b.gather(lengths, run_of, d), "argmax", d)  # the first element of a longest run

@@ -13,9 +13,10 @@ import torch
 
 from ..ir.builder import GraphBuilder, Value
 from .core import broadcast_shapes, broadcast_to
+from .elementwise import eye
 from .nn import check
 from .registry import register
-from .shape import full_i64
+from .shape import diagonal, full_i64
 
 aten = torch.ops.aten
 
@@ -37,11 +38,6 @@ def _batched(b: GraphBuilder, a: Value, rhs: Value) -> tuple[Value, Value]:
     return broadcast_to(b, a, [*batch, *a.shape[-2:]]), broadcast_to(b, rhs, [*batch, *rhs.shape[-2:]])
 
 
-def _eye_mask(b: GraphBuilder, shape) -> Value:
-    r = len(shape)
-    return b.compare("eq", b.iota(torch.int64, shape, r - 2), b.iota(torch.int64, shape, r - 1))
-
-
 @register(aten.linalg_cholesky_ex.default)
 def linalg_cholesky_ex(b: GraphBuilder, a: Value, upper: bool = False, check_errors: bool = False):
     _square(a, "linalg.cholesky")
@@ -51,8 +47,9 @@ def linalg_cholesky_ex(b: GraphBuilder, a: Value, upper: bool = False, check_err
     batch = list(shape[:-2])
     if n == 0:
         return factor, b.full(0, torch.int32, batch)
-    # Row i has a NaN on the diagonal -> order i + 1 failed; info is the smallest such order.
-    nan_diag = b.reduce(b.binary("and", _eye_mask(b, shape), b.compare("ne", factor, factor)), "or", [len(shape) - 1])
+    # A NaN at diagonal position i -> order i + 1 failed; info is the smallest such order.
+    diag = diagonal(b, factor, 0, -2, -1)
+    nan_diag = b.compare("ne", diag, diag)
     order = b.add(b.iota(torch.int64, [*batch, n], len(batch)), full_i64(b, 1, [*batch, n]))
     first = b.reduce(b.select(nan_diag, order, full_i64(b, n + 1, [*batch, n])), "min", [len(batch)])
     info = b.select(b.compare("gt", first, full_i64(b, n, batch)), full_i64(b, 0, batch), first)
@@ -103,6 +100,5 @@ def cholesky_inverse(b: GraphBuilder, factor: Value, upper: bool = False) -> Val
     """(L L^T)^-1 = L^-T L^-1: the identity solved through both triangles."""
     _square(factor, "cholesky_inverse", "input")
     _check_float(factor, "cholesky_inverse")
-    shape = factor.shape
-    eye = b.convert(_eye_mask(b, shape), factor.dtype)
-    return cholesky_solve_helper(b, eye, factor, upper)
+    identity = broadcast_to(b, eye(b, factor.shape[-1], factor.dtype), factor.shape)
+    return cholesky_solve_helper(b, identity, factor, upper)

@@ -11,10 +11,11 @@ namespace {
 
 using ir::OpKind;
 
+// LAPACK's potrf and trsm reference only the named triangle (and trsm not the diagonal when it
+// is unit), so the operands go in as they are (tests/ir/test_host_vs_reference.py fills the
+// other triangle with garbage).
 at::Tensor cholesky_factor(const at::Tensor& a, bool lower) {
-  // The named triangle read as a symmetric matrix.
-  const at::Tensor sym = lower ? a.tril() + a.tril(-1).mT() : a.triu() + a.triu(1).mT();
-  auto [factor, info] = at::linalg_cholesky_ex(sym, /*upper=*/!lower, /*check_errors=*/false);
+  auto [factor, info] = at::linalg_cholesky_ex(a, /*upper=*/!lower, /*check_errors=*/false);
   if (!info.ne(0).any().item<bool>()) return factor;
   // info = k > 0: the leading minor of order k is not positive-definite; columns (rows of an
   // upper factor) k - 1 onward are NaN.
@@ -25,9 +26,7 @@ at::Tensor cholesky_factor(const at::Tensor& a, bool lower) {
 
 at::Tensor solve_triangular(const at::Tensor& a, const at::Tensor& b, bool left, bool lower, bool unit,
                             bool transpose) {
-  const at::Tensor tri = lower ? a.tril() : a.triu();  // only the named triangle is read
-  const at::Tensor m = transpose ? tri.mT() : tri;
-  return at::linalg_solve_triangular(m, b, /*upper=*/transpose == lower, left, unit);
+  return at::linalg_solve_triangular(transpose ? a.mT() : a, b, /*upper=*/transpose == lower, left, unit);
 }
 
 }  // namespace
