@@ -1,7 +1,7 @@
 // Fork safety of the device runtime.
 //
-// Design: fork() copies only the calling thread. The parent's stream workers, kernel threads
-// and native-kernel compiler do not exist in the child, and a lock one of them held at the fork
+// Design: fork() copies only the calling thread. The parent's stream workers and native-kernel
+// compiler do not exist in the child, and a lock one of them held at the fork
 // stays locked there, so a child that used the device would wait forever for work nobody runs.
 // As torch.cuda does, a child forked after the runtime started its first thread is "in a bad
 // fork": every device entry point (stream use, allocation) raises a RuntimeError that names the
@@ -13,8 +13,9 @@
 
 namespace torch_tpu {
 
-// Called before the runtime creates a thread of its own (stream worker, kernel thread, native
-// compiler): from then on a fork's child is in a bad fork.
+// Called before the runtime starts a stream worker or the native-kernel compiler thread: from
+// then on a fork's child is in a bad fork. (Kernel threads need not call it: a split in another
+// process runs serially until it starts threads of its own, runtime/host/kernel_threads.cpp.)
 void note_runtime_thread_started();
 
 extern std::atomic<bool> g_in_bad_fork;

@@ -59,9 +59,17 @@ def test_a_child_forked_before_the_device_was_used_can_use_it() -> None:
         import os, torch, torch_tpu
         pid = os.fork()
         if pid == 0:
-            y = torch.nn.Linear(8, 8).to("tpu")(torch.ones(4, 8, device="tpu")).sum()
-            y.backward()
-            os._exit(0 if not torch.tpu._is_in_bad_fork() and torch.isfinite(y.cpu()) else 3)
+            torch.manual_seed(0)
+            lin = torch.nn.Linear(8, 8)
+            x = torch.randn(4, 8)
+            expected = lin(x).sum()
+            expected.backward()
+            dev = torch.nn.Linear(8, 8).to("tpu")
+            dev.load_state_dict(lin.state_dict())
+            got = dev(x.to("tpu")).sum()
+            got.backward()
+            same = torch.allclose(got.cpu(), expected) and torch.allclose(dev.weight.grad.cpu(), lin.weight.grad)
+            os._exit(0 if not torch.tpu._is_in_bad_fork() and same else 3)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, status
         print("ok")

@@ -174,18 +174,29 @@ def test_a_second_process_loads_the_kernels_from_the_disk_tier(tmp_path, interpr
 
 
 def test_exiting_mid_compile_leaves_no_compiler_files_behind(tmp_path):
-    # The process exits right after its clusters asked for kernels: the compiler is stopped and
-    # its directory (its own temporary files included) removed.
-    tmp = tmp_path / "tmp"
+    # The process exits while its compiler runs (a stand-in that records its pid and sleeps):
+    # the compiler is killed and its directory (its own temporary files included) removed.
+    tmp, mark = tmp_path / "tmp", tmp_path / "compiler.pid"
     tmp.mkdir()
+    slow_cxx = tmp_path / "slow-cxx"
+    slow_cxx.write_text('#!/bin/sh\necho $$ > "$COMPILER_PID_FILE"\nexec sleep 300\n')
+    slow_cxx.chmod(0o755)
     code = textwrap.dedent("""
-        import torch, torch_tpu
+        import os, time, torch, torch_tpu
         torch_tpu.set_mode("fused")
         x = torch.randn(1000, device="tpu")
         for k in range(4):
             ((x * (k + 2) + 1) * x - k).cpu()
         assert torch_tpu.metrics()["native_kernels"]["requested"] >= 1
+        deadline = time.time() + 60
+        while not os.path.exists(os.environ["COMPILER_PID_FILE"]) and time.time() < deadline:
+            time.sleep(0.05)  # until the compiler is surely running
+        assert os.path.getsize(os.environ["COMPILER_PID_FILE"]) > 0
     """)
-    env = dict(os.environ, TORCH_TPU_NATIVE_KERNELS="1", TORCH_TPU_CACHE_DIR="off", TMPDIR=str(tmp))
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    env = dict(os.environ, TORCH_TPU_NATIVE_KERNELS="1", TORCH_TPU_CACHE_DIR="off", TMPDIR=str(tmp),
+               CXX=str(slow_cxx), COMPILER_PID_FILE=str(mark))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)  # not the 300 s sleep
+    compiler_pid = int(mark.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(compiler_pid, 0)
     assert list(tmp.iterdir()) == []

@@ -1,9 +1,9 @@
 """Lowerings: special functions and small ops built from IR arithmetic.
 
 angle (real dtypes), modified Bessel functions i0/i0e/i1/i1e, polygamma (digamma / trigamma /
-Hurwitz zeta), prims::zeta, cummax/cummin
-helpers, put, tril_indices/triu_indices. Each follows the CPU kernel's algorithm (ATen's
-Math.h for the special functions) in the op-math dtype, so results agree with CPU to rounding.
+Hurwitz zeta), prims::zeta, cummax/cummin helpers, put, tril_indices/triu_indices. Each follows
+the CPU kernel's algorithm (ATen's Math.h for the special functions) in the op-math dtype, so
+results agree with CPU to rounding; the Bessel functions are the exception (see _bessel_i).
 """
 
 from __future__ import annotations
@@ -67,8 +67,9 @@ def _asymptotic_coefficients(order: int) -> list[float]:
 def _bessel_i(b: GraphBuilder, x: Value, order: int, scaled: bool) -> Value:
     """I_order(x) for order 0 or 1 (times exp(-|x|) when scaled), x in float64: the power series
     sum_k (x^2/4)^k / (k! (k+order)!) (x/2)^order up to |x| = 30, the asymptotic expansion
-    beyond it. Both are accurate to double rounding there, so results match CPU's Chebyshev
-    fits (Cephes) to the result dtype's rounding."""
+    beyond it, both accurate to double rounding. CPU's kernels evaluate Cephes' Chebyshev fits
+    in the input's dtype instead; in float64 the two agree to ~1.5e-15 relative, in float32
+    ours is the closer one (special.i1: 0.2 ulp from exact where CPU is 7 ulps off)."""
     ax = b.abs(x)
     q = b.mul(b.mul(ax, ax), _k(b, 0.25, ax))
     term = _k(b, 1.0, ax)
