@@ -507,3 +507,19 @@ def test_grouped_dilated_conv_gradients_match_cpu():
     got, want = _grads_vs_cpu(model, x, y)
     for k in want:
         _close(got[k], want[k])
+
+
+def test_tensor_constants_are_bound_not_a_fallback():
+    """torch.tensor(...) in compiled code becomes a get_attr constant of the graph: the program
+    binds it as an input after the graph's own (no eager fallback), at every call."""
+    def f(x):
+        scale = torch.tensor(2.5, device=x.device)
+        shift = torch.tensor([1.0, -2.0, 3.0], device=x.device)
+        return x * scale + shift
+
+    x = torch.randn(4, 3)
+    before = stats()["fallbacks"]
+    fn = torch.compile(f, backend="tpu")
+    for _ in range(2):
+        torch.testing.assert_close(fn(x.to(DEV)).cpu(), f(x))
+    assert stats()["fallbacks"] == before, stats()["fallback_ops"]

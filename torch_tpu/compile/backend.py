@@ -21,9 +21,10 @@ import torch
 import torch.fx as fx
 
 from .. import _C
-from ..lowering.registry import is_user_lowering, lookup
+from ..lowering.registry import is_user_lowering
+from .decompositions import decompositions
 from .stats import counters, record_fallback, record_recompile
-from .lower_graph import Symbolic, Unsupported, input_kind, lower_graph
+from .lower_graph import Symbolic, Unsupported, effect_checks, graph_constants, input_kind, lower_graph
 
 # Compiled programs by (graph code, input signature): a graph Dynamo recompiles with other
 # guards but the same ATen code and inputs reuses its program.
@@ -105,7 +106,8 @@ def _channels_last_saved(gm: fx.GraphModule, saved_start: int | None) -> frozens
 
 def _program(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = None) -> _C._CompiledGraph:
     """The compiled program for gm on inputs of this signature (memory, then disk, then lowered)."""
-    sig = _signature(inputs)
+    constants = [x for _, x in graph_constants(gm)]
+    sig = _signature([*inputs, *constants])
     channels_last = _channels_last_saved(gm, saved_start)
     key = (gm.code, sig, channels_last)
     prog = _PROGRAMS.get(key)
@@ -113,7 +115,7 @@ def _program(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = Non
         counters().graphs_reused += 1
         return prog
     disk_key = _disk_key(gm.code, sig, channels_last) if not uses_user_lowering(gm) else None
-    prog = _C._CompiledGraph.load(disk_key, len(inputs)) if disk_key is not None else None
+    prog = _C._CompiledGraph.load(disk_key, len(inputs) + len(constants)) if disk_key is not None else None
     if prog is not None:
         counters().graphs_loaded += 1
     else:
@@ -135,6 +137,35 @@ def _program(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = Non
 def _boxed(fn: Callable[[list], list]) -> Callable[[list], list]:
     fn._boxed_call = True  # type: ignore[attr-defined]  # AOTAutograd passes one list of inputs
     return fn
+
+
+def _runner(gm: fx.GraphModule, prog: _C._CompiledGraph) -> Callable[[list], list]:
+    """prog.run on the graph's inputs and its tensor constants (bound after the inputs),
+    followed by the error checks gm orders with effect tokens (linalg.cholesky's
+    not-positive-definite error): the program returns the checked tensors last."""
+    run = prog.run
+    constants = [x for _, x in graph_constants(gm)]
+    checks = effect_checks(gm)
+    if constants:
+        run_on_inputs = run
+
+        def run(args: list) -> list:
+            args.extend(constants)
+            return run_on_inputs(args)
+
+    if not checks:
+        return run
+    n = len(checks)
+
+    def checked_run(args: list) -> list:
+        outs = run(args)
+        checked = outs[-n:]
+        del outs[-n:]
+        for t, (op, rest, kwargs) in zip(checked, checks):
+            op(t, *rest, **kwargs)  # a host read of the checked tensor, as in eager mode
+        return outs
+
+    return checked_run
 
 
 def _eager(gm: fx.GraphModule) -> Callable[[list], list]:
@@ -192,7 +223,7 @@ class _Specializing:
 
     def __init__(self, gm: fx.GraphModule) -> None:
         self.gm = gm
-        self.programs: dict[tuple, _C._CompiledGraph] = {}
+        self.programs: dict[tuple, Callable[[list], list]] = {}  # a program's run per signature
         self.eager: Callable[[list], list] | None = None
         self.over_limit: Callable[[list], list] | None = None
         self._boxed_call = True
@@ -201,8 +232,8 @@ class _Specializing:
         if self.eager is not None:
             return self.eager(args)
         sig = _signature(args)
-        prog = self.programs.get(sig)
-        if prog is None:
+        run = self.programs.get(sig)
+        if run is None:
             if len(self.programs) >= max_shapes():
                 return self._beyond_limit(args)
             try:
@@ -216,8 +247,8 @@ class _Specializing:
                 record_recompile("a dynamic-shape graph for new input shapes",
                                  f"input shapes ({_describe(sig)}); {len(self.programs) + 1} of at most "
                                  f"{max_shapes()} (TORCH_TPU_COMPILE_MAX_SHAPES)")
-            self.programs[sig] = prog
-        return prog.run(args)
+            run = self.programs[sig] = _runner(self.gm, prog)
+        return run(args)
 
     def _beyond_limit(self, args: list) -> list:
         counters().shape_limit_hits += 1
@@ -244,7 +275,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: Sequence,
     except Unsupported as e:
         record_fallback(e.op, str(e))
         return _eager(gm)
-    run = prog.run
+    run = _runner(gm, prog)
 
     def call(args: list) -> list:
         return run(args)
@@ -255,19 +286,6 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: Sequence,
 def _compile_forward(gm: fx.GraphModule, example_inputs: Sequence) -> Callable[[list], list]:
     """AOTAutograd's forward (and inference) compiler: knows which outputs are saved."""
     return _compile_graph(gm, example_inputs, _saved_for_backward_start())
-
-
-@functools.cache
-def decompositions() -> dict:
-    """Core ATen decompositions of the ops the lowering table has no lowering for.
-
-    Ops with a lowering stay whole (one lowering is usually tighter than its decomposition:
-    layer norm, softmax, their backwards); the rest are decomposed while AOTAutograd traces.
-    """
-    from torch._decomp import core_aten_decompositions
-
-    return {op: fn for op, fn in core_aten_decompositions().items()
-            if isinstance(op, torch._ops.OpOverload) and lookup(op) is None}
 
 
 _LAST_CONTEXT: object = None  # the frame compile last counted as a recompile

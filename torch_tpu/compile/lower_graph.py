@@ -10,6 +10,12 @@ Mapping: placeholder i -> program parameter with binding i (tensors; Python floa
 AOTAutograd emits for mutated inputs) write their new value into the input's memory; the
 output node lists what the program returns. Random ops draw from the builder's Philox
 parameters, which the runtime binds to the device generator at each run.
+
+Effect tokens: AOTAutograd threads ops with side effects through ``with_effects`` nodes and
+token inputs/outputs (the runtime passes None for the tokens and drops the returned ones).
+The one such op the eager ATen of a supported op emits is ``_linalg_check_errors`` (after
+``linalg.cholesky``): its ``info`` operand becomes an extra result of the program, and the
+compiled callable checks it after the run (``effect_checks``), which raises as eager mode does.
 """
 
 from __future__ import annotations
@@ -44,6 +50,59 @@ class Symbolic(Exception):
 _IDENTITY = {aten.detach.default, aten.alias.default, aten.lift_fresh_copy.default}
 _NO_OPS = {aten._assert_async.default, aten._assert_async.msg, aten._assert_scalar.default,
            aten._assert_tensor_metadata.default, aten.sym_constrain_range_for_size.default}
+
+# Allocations: eager mode makes them natively (no IR); in a graph any value is a valid result.
+_EMPTY = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default, aten.new_empty.default,
+          aten.new_empty_strided.default, aten.empty_permuted.default}
+
+_WITH_EFFECTS = getattr(torch.ops.higher_order, "with_effects", None)
+_CHECKED_EFFECTS = {aten._linalg_check_errors.default}
+
+
+class _Token:
+    """An effect token's value in the lowered graph: nothing at run time (returned as None)."""
+
+
+_TOKEN = _Token()
+
+
+def effect_checks(gm: fx.GraphModule) -> list[tuple[object, tuple, dict]]:
+    """(op, arguments after the checked tensor, keyword arguments) of each error check in gm,
+    in node order: those ordered with effect tokens and those a decomposition called directly.
+    The program returns the checked tensors after its own results, in the same order."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n.target is _WITH_EFFECTS:
+            out.append((n.args[1], tuple(n.args[3:]), dict(n.kwargs)))
+        elif n.target in _CHECKED_EFFECTS:
+            out.append((n.target, tuple(n.args[1:]), dict(n.kwargs)))
+    return out
+
+
+def graph_constants(gm: fx.GraphModule) -> list[tuple[fx.Node, torch.Tensor]]:
+    """The tensors gm reads through get_attr nodes (``torch.tensor(...)`` in traced code), in
+    node order: the program binds them as inputs after the placeholders', at every run."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            x = gm
+            for part in str(n.target).split("."):
+                x = getattr(x, part)
+            if not isinstance(x, torch.Tensor):
+                raise Unsupported(f"get_attr {n.target}", f"a {type(x).__name__} attribute")
+            out.append((n, x))
+    return out
+
+
+def _is_token(node: fx.Node, x) -> bool:
+    """Whether placeholder node is an effect token: an empty CPU tensor (or None) that only
+    with_effects nodes consume and the output returns."""
+    if not (x is None or (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.numel() == 0)):
+        return False
+    return bool(node.users) and all((u.target is _WITH_EFFECTS and u.args[0] is node) or u.op == "output"
+                                    for u in node.users)
 
 
 @dataclass
@@ -110,7 +169,9 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = 
     if len(placeholders) != len(inputs):
         raise Unsupported("graph", f"{len(placeholders)} placeholders for {len(inputs)} inputs")
 
-    for i, (node, x) in enumerate(zip(placeholders, inputs)):
+    checked: list[Value] = []  # the tensors effect_checks(gm) checks after each run
+
+    def bind(node: fx.Node, i: int, x) -> None:
         placeholder_index[node] = i
         kind = input_kind(x)
         if kind == "t":
@@ -134,6 +195,16 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = 
         else:
             env[node] = x  # ints are specialized (Dynamo guards on them)
 
+    for i, (node, x) in enumerate(zip(placeholders, inputs)):
+        if _WITH_EFFECTS is not None and _is_token(node, x):
+            placeholder_index[node] = i
+            env[node] = _TOKEN
+        else:
+            bind(node, i, x)
+    constants = graph_constants(gm)
+    for k, (node, x) in enumerate(constants):
+        bind(node, len(inputs) + k, x)
+
     def val(a):
         if isinstance(a, fx.Node):
             return env[a]
@@ -144,10 +215,11 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = 
         return a
 
     for node in gm.graph.nodes:
-        if node.op == "placeholder":
+        if node.op in ("placeholder", "get_attr"):
             continue
         if node.op == "output":
-            return _finish(b, node, env, param_input, mutated, host_inputs, len(inputs), ops, saved_start)
+            return _finish(b, node, env, param_input, mutated, host_inputs, len(inputs) + len(constants), ops,
+                           saved_start, checked)
         if node.op != "call_function":
             raise Unsupported(f"{node.op} {node.target}", "only call_function nodes are lowered")
         target = node.target
@@ -157,6 +229,17 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = 
         if target is operator.getitem:
             seq, idx = val(node.args[0]), node.args[1]
             env[node] = seq[idx]
+            continue
+        if target is _WITH_EFFECTS or target in _CHECKED_EFFECTS:
+            effect = target is _WITH_EFFECTS
+            op = node.args[1] if effect else target
+            if op not in _CHECKED_EFFECTS:
+                raise Unsupported(f"with_effects({_op_name(op)})", "an op with side effects")
+            tensor = val(node.args[2 if effect else 0])
+            if not isinstance(tensor, Value):
+                raise Unsupported(_op_name(op), "checks a value the graph does not compute")
+            checked.append(tensor)
+            env[node] = (_TOKEN,) if effect else None  # the new token; the check returns nothing
             continue
         if not isinstance(target, torch._ops.OpOverload):
             args, kwargs = val(node.args), val(node.kwargs)
@@ -169,6 +252,12 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = 
             continue
         if target in _IDENTITY:
             env[node] = val(node.args[0])
+            continue
+        if target in _EMPTY:
+            traced = node.meta.get("val")
+            if not isinstance(traced, torch.Tensor):
+                raise Unsupported(name, "no traced result")
+            env[node] = b.full(0, traced.dtype, tuple(_concrete_int(s) for s in traced.shape))
             continue
         if target in (aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default):
             x = val(node.args[0])
@@ -353,7 +442,8 @@ def _reads_only(b: GraphBuilder, value: Value, bindings: set[int]) -> bool:
 
 
 def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int, int], mutated: dict[int, Value],
-            host_inputs: set[int], num_inputs: int, ops: list[str], saved_start: int | None = None) -> LoweredGraph:
+            host_inputs: set[int], num_inputs: int, ops: list[str], saved_start: int | None = None,
+            checked: Sequence[Value] = ()) -> LoweredGraph:
     outputs: list[tuple] = []
     new_of: dict[int, int] = {}
     returns: list[tuple] = []
@@ -383,8 +473,12 @@ def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int
             returns.append(("n", new_index(v)))
         elif v is None or isinstance(v, (bool, int, float)):
             returns.append(("c", v))
+        elif v is _TOKEN:
+            returns.append(("c", None))  # AOTAutograd's wrapper drops returned tokens
         else:
             raise Unsupported("output", f"returns a {type(v).__name__}")
+    for v in checked:
+        returns.append(("i", param_input[v.id]) if v.id in param_input else ("n", new_index(v)))
     host_outputs: list[tuple[int, int]] = []
     readers = _readers(b) if mutated else []
     input_param = {i: p for p, i in param_input.items()}

@@ -1,0 +1,51 @@
+"""Decompositions AOTAutograd applies while tracing for the "tpu" backend.
+
+PyTorch's core ATen decompositions cover the ops the lowering table has no lowering for; the
+few ops below have neither (eager mode runs them as C++ kernels or composites of lowered ops),
+so they are written here in terms of ops the table lowers.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..lowering.registry import lookup
+
+aten = torch.ops.aten
+
+
+def _cholesky(a: torch.Tensor, upper: bool = False) -> torch.Tensor:
+    """torch.cholesky as eager ATen runs it: the factor, then the error check (which AOTAutograd
+    orders with an effect token; the compiled graph checks it after the run)."""
+    factor, info = aten.linalg_cholesky_ex.default(a, upper=upper, check_errors=False)
+    aten._linalg_check_errors.default(info, "cholesky", is_matrix=a.dim() == 2)
+    return factor
+
+
+def _cholesky_solve(rhs: torch.Tensor, factor: torch.Tensor, upper: bool = False) -> torch.Tensor:
+    """torch.cholesky_solve: both operands broadcast over their batch dimensions, then the two
+    triangular solves (_cholesky_solve_helper, which the table lowers)."""
+    batch = torch.broadcast_shapes(rhs.shape[:-2], factor.shape[:-2])
+    rhs = rhs.expand(*batch, *rhs.shape[-2:])
+    factor = factor.expand(*batch, *factor.shape[-2:])
+    return aten._cholesky_solve_helper.default(rhs, factor, upper)
+
+
+_OURS = {aten.cholesky.default: _cholesky, aten.cholesky_solve.default: _cholesky_solve}
+
+
+@functools.cache
+def decompositions() -> dict:
+    """Core ATen decompositions of the ops the lowering table has no lowering for, and ours.
+
+    Ops with a lowering stay whole (one lowering is usually tighter than its decomposition:
+    layer norm, softmax, their backwards); the rest are decomposed while AOTAutograd traces.
+    """
+    from torch._decomp import core_aten_decompositions
+
+    table = {op: fn for op, fn in core_aten_decompositions().items()
+             if isinstance(op, torch._ops.OpOverload) and lookup(op) is None}
+    table.update({op: fn for op, fn in _OURS.items() if lookup(op) is None})
+    return table
