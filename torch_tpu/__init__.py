@@ -8,6 +8,7 @@ table every op goes through. See docs/architecture.md.
 from __future__ import annotations
 
 import atexit
+import os
 
 import torch
 
@@ -32,9 +33,56 @@ from .runtime_info import (  # noqa: E402
 )
 
 
+def _autograd_device_threads_started() -> bool:
+    """Whether PyTorch's autograd engine started its per-device threads (named pt_autograd_*)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return True  # cannot tell: assume they run
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().startswith("pt_autograd"):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _drain_autograd_device_threads() -> None:
+    """Lets the tpu autograd thread finish what it does after a backward returned, before the
+    interpreter finalizes.
+
+    torch.autograd's backward stashes a Python object (the caller's contextvars context) in the
+    thread-local state its graph task copies; the device thread drops the graph task after
+    waking the caller, and the last reference to that object with it, which takes the GIL. If
+    that happens once the interpreter is finalizing, CPython ends the thread with a forced
+    unwind through a noexcept destructor: "terminate called without an active exception" at
+    exit. The device thread runs one graph task at a time, so once a trivial backward of ours
+    (run on the engine directly: no stashed object) has completed, the earlier graph tasks are
+    gone; the GIL is released while the caller waits for it.
+    """
+    if not _autograd_device_threads_started():
+        return
+    from . import device
+
+    for i in range(device.device_count()):
+        if device.max_memory_allocated(i) == 0:
+            continue  # nothing ran there, so no backward either
+        with torch.enable_grad():
+            x = torch.zeros((), device=f"tpu:{i}", requires_grad=True)
+            torch.autograd.Variable._execution_engine.run_backward(
+                (x * 1.0,), (torch.ones((), device=f"tpu:{i}"),), False, False, (), allow_unreachable=True,
+                accumulate_grad=True)
+
+
 def _at_exit() -> None:
     if _C._in_bad_fork():
         return  # a forked child: the pending work and the streams are the parent's
+    try:
+        _drain_autograd_device_threads()
+    except Exception:  # noqa: BLE001  exiting: a device in an error state must not stop the exit
+        pass
     _C._fused_flush(-1, "exit")  # pending fused work runs before the interpreter goes away
     _C._synchronize(-1)
 
