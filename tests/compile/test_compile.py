@@ -523,3 +523,27 @@ def test_tensor_constants_are_bound_not_a_fallback():
     for _ in range(2):
         torch.testing.assert_close(fn(x.to(DEV)).cpu(), f(x))
     assert stats()["fallbacks"] == before, stats()["fallback_ops"]
+
+
+def test_masked_assignment_of_one_value_compiles_whole():
+    """``x[mask] = v`` and index_put with a mask and a single value lower to a select in a
+    compiled graph (eager mode turns masks into indices, which needs the True count)."""
+    def assign(x, m):
+        x = x.clone()
+        x[m] = -1.5
+        return x * 2
+
+    def accumulate(x, m):
+        return torch.index_put(x, (m,), torch.tensor(7.0, device=x.device), accumulate=True)
+
+    def accumulate_bool(x, m):
+        return torch.index_put(x > 0, (m,), torch.tensor(True, device=x.device), accumulate=True)
+
+    torch.manual_seed(0)
+    x, m = torch.randn(4, 5, 3), torch.randn(4, 5) > 0
+    for fn in (assign, accumulate, accumulate_bool):
+        before = stats()["fallbacks"]
+        want = fn(x, m)
+        got = torch.compile(fn, backend="tpu")(x.to(DEV), m.to(DEV))
+        assert torch.equal(got.cpu(), want), fn.__name__
+        assert stats()["fallbacks"] == before, (fn.__name__, stats()["fallback_ops"])

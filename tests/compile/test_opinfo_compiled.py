@@ -45,7 +45,14 @@ REPRESENTATIVE = (
 )
 
 # Entries whose compiled graph runs (part of) its ops eagerly, with the reason.
-COMPILE_FALLBACKS: dict[str, str] = {}
+COMPILE_FALLBACKS: dict[str, str] = {
+    "index_put": "a boolean mask with one value per True element: the count is data-dependent "
+                 "(x[mask] = v with a single value compiles whole, test_compile.py)",
+    "nn.functional.linear_cross_entropy.chunked": "a torch.library custom op implemented in Python: opaque to "
+                                                  "the graph, its ATen ops run eagerly",
+    "nn.functional.linear_cross_entropy.chunked_none": "a torch.library custom op implemented in Python: opaque "
+                                                       "to the graph, its ATen ops run eagerly",
+}
 
 
 def _passes_strict(op) -> bool:

@@ -33,7 +33,22 @@ def _cholesky_solve(rhs: torch.Tensor, factor: torch.Tensor, upper: bool = False
     return aten._cholesky_solve_helper.default(rhs, factor, upper)
 
 
-_OURS = {aten.cholesky.default: _cholesky, aten.cholesky_solve.default: _cholesky_solve}
+def _trilinear(i1: torch.Tensor, i2: torch.Tensor, i3: torch.Tensor, expand1: list[int], expand2: list[int],
+               expand3: list[int], sumdim: list[int], unroll_dim: int = 1) -> torch.Tensor:
+    """aten._trilinear (nn.functional.bilinear): each operand unsqueezed at its expand dims, the
+    three multiplied and summed over sumdim (eager ATen runs its CompositeExplicit kernel, which
+    pairs the products; unroll_dim only chooses a loop order there)."""
+    def expanded(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+        for d in sorted(dims):
+            x = x.unsqueeze(d)
+        return x
+
+    prod = expanded(i1, expand1) * expanded(i2, expand2) * expanded(i3, expand3)
+    return prod.sum(sumdim) if sumdim else prod
+
+
+_OURS = {aten.cholesky.default: _cholesky, aten.cholesky_solve.default: _cholesky_solve,
+         aten._trilinear.default: _trilinear}
 
 
 @functools.cache

@@ -201,9 +201,16 @@ def decomposition_for(op: torch._ops.OpOverload):
     from torch._decomp import decomposition_table
 
     fn = _core_decompositions().get(op) or decomposition_table.get(op)
-    if fn is None and op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+    if fn is None and _has_composite_kernel(op):
         fn = functools.partial(op.decompose)
     return fn
+
+
+def _has_composite_kernel(op: torch._ops.OpOverload) -> bool:
+    try:
+        return op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
+    except RuntimeError:  # a Python-only op the dispatcher does not know (prims)
+        return False
 
 
 def normalize_args(schema, args: Sequence, kwargs: dict) -> list:
@@ -219,6 +226,10 @@ def normalize_args(schema, args: Sequence, kwargs: dict) -> list:
         else:
             out.append(None)
     return out
+
+
+# Ops a decomposition may call that read a tensor's metadata only (grid_sampler's x.device).
+_METADATA_QUERIES = {torch.ops.prim.device.default}
 
 
 class _Tracer(TorchDispatchMode):
@@ -244,6 +255,8 @@ class _Tracer(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         meta_out = func(*args, **kwargs)
+        if func in _METADATA_QUERIES:
+            return meta_out  # answered from the meta tensor: nothing to compute
         full = normalize_args(func._schema, args, kwargs)
         vals = [self._value(a) for a in full]
         returns, mutations = apply_lowering(self.b, func, vals)

@@ -342,6 +342,9 @@ def index(b: GraphBuilder, x: Value, indices: Sequence[Value | None]) -> Value:
 @register(aten.index_put.default, aten.index_put.hacked_twin, aten._unsafe_index_put.default)
 def index_put(b: GraphBuilder, x: Value, indices: Sequence[Value | None], values: Value,
               accumulate: bool = False) -> Value:
+    masked = _masked_fill_put(b, x, indices, values, accumulate)
+    if masked is not None:
+        return masked
     rows, lin, bshape, r_sizes, perm_out, out_shape, perm_in = _plan(b, x, indices, "index_put")
     nb, R = lin.shape[0], rows.shape[1]
     if nb == 0 or R == 0:
@@ -354,6 +357,28 @@ def index_put(b: GraphBuilder, x: Value, indices: Sequence[Value | None], values
     out = b.scatter(rows, b.broadcast_in_dim(lin, [nb, R], [0]), v, 0, mode)
     out = b.reshape(out, [x.shape[d] for d in perm_in])
     return b.transpose(out, [perm_in.index(d) for d in range(x.rank)])
+
+
+def _masked_fill_put(b: GraphBuilder, x: Value, indices: Sequence[Value | None], values: Value,
+                     accumulate: bool) -> Value | None:
+    """``x[mask] = v`` (or ``+=``) with one mask over x's leading dims and a single value: a
+    select, with no host read of the mask. Torch.compile graphs keep the mask (eager mode
+    turns masks into integer indices before lowering); other masked puts need the True count."""
+    present = [i for i in indices if i is not None]
+    if len(present) != 1 or indices[0] is None or not isinstance(indices[0], Value):
+        return None
+    mask = indices[0]
+    # (uint8 masks stay on the general path: CPU rejects them here, in masked_fill_.)
+    if mask.dtype != torch.bool or tuple(x.shape[:mask.rank]) != tuple(mask.shape) or values.numel() != 1 or \
+            values.rank > x.rank - mask.rank:
+        return None
+    m = b.broadcast_in_dim(mask, list(x.shape), list(range(mask.rank)))
+    v = broadcast_to(b, b.convert(values, x.dtype), x.shape)
+    if not accumulate:
+        return b.select(m, v, x)
+    if x.dtype == torch.bool:
+        return b.binary("or", x, b.binary("and", m, v))
+    return b.select(m, b.add(x, v), x)
 
 
 @register(aten._index_put_impl.default)
