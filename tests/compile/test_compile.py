@@ -547,3 +547,16 @@ def test_masked_assignment_of_one_value_compiles_whole():
         got = torch.compile(fn, backend="tpu")(x.to(DEV), m.to(DEV))
         assert torch.equal(got.cpu(), want), fn.__name__
         assert stats()["fallbacks"] == before, (fn.__name__, stats()["fallback_ops"])
+
+
+def test_eager_ops_after_a_graph_break_do_not_compile_the_lowerings():
+    """An eager op that misses the program cache inside a compiled function (allclose's host
+    read breaks the graph) calls the Python lowering while Dynamo's frame hook is set; the
+    lowering must run as plain Python, not be traced and compiled by Dynamo as user code."""
+    def close(x, y):
+        return torch.allclose(x * 2, y, rtol=0.123)
+
+    x = torch.randn(13, 11, 3, dtype=torch.float64)  # a signature no other test lowers
+    seen = stats()["graphs_seen"]
+    assert torch.compile(close, backend="tpu")(x.to(DEV), (x * 2).to(DEV)) is True
+    assert stats()["graphs_seen"] - seen == 1, stats()["recompile_reasons"]

@@ -27,6 +27,11 @@ from ..ir.builder import DTYPE_FROM_CODE, GraphBuilder, Value
 from .apply import NeedsBakedScalars, apply_lowering
 from .registry import BAKE_SCALARS, op_key
 
+try:  # Dynamo's frame hook (a C function: importing it does not import torch._dynamo)
+    from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
+except ImportError:  # a torch build without Dynamo
+    _set_eval_frame = None
+
 _SCALAR_TYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
                  torch.float64, torch.complex32, torch.complex64, torch.complex128, torch.bool, torch.qint8,
                  torch.quint8, torch.qint32, torch.bfloat16]
@@ -60,6 +65,18 @@ def _materialize(b: GraphBuilder, desc, arg, bake: bool, bindings: dict[int, int
 
 
 def lower_from_dispatch(qualname: str, overload: str, descs: list) -> tuple:
+    # An eager op can miss the cache inside a torch.compile'd function (after a graph break),
+    # where Dynamo's frame hook is set: without this, Dynamo would trace and compile the
+    # lowering functions themselves as user code (torch.compiler.disable, done directly).
+    prior = _set_eval_frame(None) if _set_eval_frame is not None else None
+    try:
+        return _lower_op(qualname, overload, descs)
+    finally:
+        if _set_eval_frame is not None:
+            _set_eval_frame(prior)
+
+
+def _lower_op(qualname: str, overload: str, descs: list) -> tuple:
     op = resolve_op(qualname, overload)
     bake = op_key(op) in BAKE_SCALARS
     try:
