@@ -200,7 +200,9 @@ def decomposition_for(op: torch._ops.OpOverload):
     """Prefer decompositions into core ATen ops (lowered directly) over ones into prims."""
     from torch._decomp import decomposition_table
 
-    fn = _core_decompositions().get(op) or decomposition_table.get(op)
+    from .decompositions import EXTRA_DECOMPOSITIONS
+
+    fn = _core_decompositions().get(op) or decomposition_table.get(op) or EXTRA_DECOMPOSITIONS.get(op)
     if fn is None and _has_composite_kernel(op):
         fn = functools.partial(op.decompose)
     return fn
