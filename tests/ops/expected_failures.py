@@ -664,12 +664,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('cdist', '', 'float32', 'strict'): 'no lowering for aten::_cdist_forward',
     ('cdist', '', 'float64', 'grad'): 'no lowering for aten::_cdist_forward',
     ('cdist', '', 'float64', 'strict'): 'no lowering for aten::_cdist_forward',
-    # no lowering: no lowering for aten::_ctc_loss — 1 entries, 5 checks
-    ('nn.functional.ctc_loss', '', 'float32', 'debug'): 'no lowering for aten::_ctc_loss',
-    ('nn.functional.ctc_loss', '', 'float32', 'grad'): 'no lowering for aten::_ctc_loss',
-    ('nn.functional.ctc_loss', '', 'float32', 'strict'): 'no lowering for aten::_ctc_loss',
-    ('nn.functional.ctc_loss', '', 'float64', 'grad'): 'no lowering for aten::_ctc_loss',
-    ('nn.functional.ctc_loss', '', 'float64', 'strict'): 'no lowering for aten::_ctc_loss',
     # no lowering: no lowering for aten::_embedding_bag_forward_only — 1 entries, 5 checks
     ('nn.functional.embedding_bag', '', 'bfloat16', 'strict'): 'no lowering for aten::_embedding_bag_forward_only',
     ('nn.functional.embedding_bag', '', 'float16', 'strict'): 'no lowering for aten::_embedding_bag_forward_only',
