@@ -299,18 +299,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('to_sparse', '', 'int64', 'strict'): 'no lowering for aten::_to_sparse',
     ('to_sparse', '', 'int8', 'strict'): 'no lowering for aten::_to_sparse',
     ('to_sparse', '', 'uint8', 'strict'): 'no lowering for aten::_to_sparse',
-    # no lowering: no lowering for prims::ndtri — 1 entries, 11 checks
-    ('special.ndtri', '', 'bool', 'strict'): 'no lowering for prims::ndtri',
-    ('special.ndtri', '', 'float32', 'debug'): 'no lowering for prims::ndtri',
-    ('special.ndtri', '', 'float32', 'grad'): 'no lowering for prims::ndtri',
-    ('special.ndtri', '', 'float32', 'strict'): 'no lowering for prims::ndtri',
-    ('special.ndtri', '', 'float64', 'grad'): 'no lowering for prims::ndtri',
-    ('special.ndtri', '', 'float64', 'strict'): 'no lowering for prims::ndtri',
-    ('special.ndtri', '', 'int16', 'strict'): 'no lowering for prims::ndtri',
-    ('special.ndtri', '', 'int32', 'strict'): 'no lowering for prims::ndtri',
-    ('special.ndtri', '', 'int64', 'strict'): 'no lowering for prims::ndtri',
-    ('special.ndtri', '', 'int8', 'strict'): 'no lowering for prims::ndtri',
-    ('special.ndtri', '', 'uint8', 'strict'): 'no lowering for prims::ndtri',
     # no lowering: no lowering for aten::_linalg_slogdet — 2 entries, 10 checks
     ('linalg.slogdet', '', 'float32', 'debug'): 'no lowering for aten::_linalg_slogdet',
     ('linalg.slogdet', '', 'float32', 'grad'): 'no lowering for aten::_linalg_slogdet',

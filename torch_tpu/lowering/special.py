@@ -1,6 +1,6 @@
 """Lowerings: special functions and small ops built from IR arithmetic.
 
-angle (real dtypes), modified Bessel functions i0/i0e/i1/i1e, erfcx, polygamma (digamma / trigamma /
+angle (real dtypes), modified Bessel functions i0/i0e/i1/i1e, erfcx, ndtri, polygamma (digamma / trigamma /
 Hurwitz zeta), prims::zeta, cummax/cummin helpers, put, tril_indices/triu_indices. Each follows
 the CPU kernel's algorithm (ATen's Math.h for the special functions) in the op-math dtype, so
 results agree with CPU to rounding; the Bessel functions are the exception (see _bessel_i).
@@ -139,6 +139,38 @@ def _erfcx(b: GraphBuilder, x: Value) -> Value:
 def erfcx(b: GraphBuilder, x: Value) -> Value:
     _, res = _unary_comp(x)
     return b.convert(_erfcx(b, b.convert(x, torch.float64)), res)
+
+
+def _ndtri(b: GraphBuilder, p: Value) -> Value:
+    """The standard normal quantile in float64, by the lower tail q = min(p, 1 - p): Abramowitz
+    and Stegun 26.2.23 (|error| < 4.5e-4) refined by three Newton steps on Phi(z) = q, with
+    Phi(z) = erfcx(-z / sqrt 2) exp(-z^2 / 2) / 2 accurate far into the tail (q down to the
+    smallest doubles), so the step is sqrt(2 pi) (erfcx(-z / sqrt 2) / 2 - exp(log q + z^2 / 2))."""
+    half = _k(b, 0.5, p)
+    upper = b.compare("gt", p, half)
+    q = b.select(upper, b.sub(_k(b, 1.0, p), p), p)
+    q_safe = b.min(b.max(q, _k(b, 5e-324, p)), half)  # keeps unused lanes finite
+    log_q = b.log(q_safe)
+    t = b.sqrt(b.mul(_k(b, -2.0, p), log_q))
+    num = b.add(_k(b, 2.515517, p), b.mul(t, b.add(_k(b, 0.802853, p), b.mul(t, _k(b, 0.010328, p)))))
+    den = b.add(_k(b, 1.0, p), b.mul(t, b.add(_k(b, 1.432788, p), b.mul(t, b.add(
+        _k(b, 0.189269, p), b.mul(t, _k(b, 0.001308, p)))))))
+    z = b.neg(b.sub(t, b.div(num, den)))
+    for _ in range(3):
+        scaled_tail = b.mul(_erfcx(b, b.mul(z, _k(b, -1 / math.sqrt(2), p))), half)
+        step = b.sub(scaled_tail, b.exp(b.add(log_q, b.mul(b.mul(z, z), half))))
+        z = b.sub(z, b.mul(step, _k(b, math.sqrt(2 * math.pi), p)))
+    z = b.select(upper, b.neg(z), z)
+    z = b.select(b.compare("eq", q, _k(b, 0.0, p)), b.select(upper, _k(b, math.inf, p), _k(b, -math.inf, p)), z)
+    z = b.select(b.compare("eq", p, half), _k(b, 0.0, p), z)
+    outside = b.binary("or", b.compare("lt", p, _k(b, 0.0, p)), b.compare("gt", p, _k(b, 1.0, p)))
+    return b.select(b.binary("or", outside, _isnan(b, p)), _k(b, math.nan, p), z)
+
+
+@register(aten.special_ndtri.default, prims.ndtri.default)
+def ndtri(b: GraphBuilder, p: Value) -> Value:
+    _, res = _unary_comp(p)
+    return b.convert(_ndtri(b, b.convert(p, torch.float64)), res)
 
 
 # -- polygamma / zeta --------------------------------------------------------------------------
