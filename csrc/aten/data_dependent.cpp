@@ -185,12 +185,39 @@ bool equal(const at::Tensor& self, const at::Tensor& other) {
   return at::eq(self, other).all().item<bool>();
 }
 
+namespace {
+
+// `x[mask] = v`: index_put with one bool mask over x's leading dims and a single value. The
+// lowering makes it a select (lowering/indexing.py, _masked_fill_put), with no host read.
+bool is_masked_fill_put(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t nargs,
+                        const c10::List<std::optional<at::Tensor>>& list) {
+  if (op.schema().name() == "aten::index" || list.size() != 1) return false;
+  const std::optional<at::Tensor> mask = list.get(0);
+  const c10::IValue& self_iv = stack[stack.size() - nargs];
+  const c10::IValue& values_iv = stack[stack.size() - nargs + 2];
+  if (!mask.has_value() || !mask->defined() || mask->scalar_type() != c10::kBool || !self_iv.isTensor() ||
+      !values_iv.isTensor()) {
+    return false;
+  }
+  const at::Tensor& self = self_iv.toTensor();
+  const at::Tensor& values = values_iv.toTensor();
+  return mask->dim() <= self.dim() && self.sizes().slice(0, mask->dim()).equals(mask->sizes()) && values.numel() == 1 &&
+         values.dim() <= self.dim() - mask->dim();
+}
+
+}  // namespace
+
 // index.Tensor / index_put_ with boolean masks: replace each k-dim mask by the k index tensors
-// of its nonzero positions (the sync), then lower the integer-indexed op as usual.
+// of its nonzero positions (the sync), then lower the integer-indexed op as usual; a mask
+// filled with one value needs no positions (is_masked_fill_put).
 void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {
   const size_t nargs = op.schema().arguments().size();
   c10::IValue& list_iv = (*stack)[stack->size() - nargs + 1];
   auto list = list_iv.toOptionalTensorList();
+  if (is_masked_fill_put(op, *stack, nargs, list)) {
+    exec::run_lowered(op, stack);
+    return;
+  }
   bool has_mask = false;
   for (size_t i = 0; i < list.size(); ++i) {
     std::optional<at::Tensor> t = list.get(i);
