@@ -60,13 +60,6 @@ def _ctc_labels(targets: torch.Tensor, target_lengths: list[int], blank: int) ->
     return ext, skip
 
 
-def _logaddexp3(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """log(exp(a) + exp(b) + exp(c)), -inf when all three are (no NaN from -inf - -inf)."""
-    m = torch.maximum(torch.maximum(a, b), c)
-    m = torch.where(m == _NEG_INF, torch.zeros_like(m), m)
-    return m + torch.log(torch.exp(a - m) + torch.exp(b - m) + torch.exp(c - m))
-
-
 def _lengths(values: list[int], like: torch.Tensor) -> torch.Tensor:
     """An int64 [N] tensor of Python ints, built from ops the tracer lowers."""
     if not values:
@@ -98,7 +91,7 @@ def _ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: lis
     for t in range(1, t_max):
         one_back = torch.constant_pad_nd(alpha, [1, 0], _NEG_INF)[:, :-1]
         two_back = torch.where(skip, torch.constant_pad_nd(alpha, [2, 0], _NEG_INF)[:, :-2], neg_inf)
-        step = _logaddexp3(alpha, one_back, two_back) + emissions[:, t]
+        step = torch.logaddexp(torch.logaddexp(alpha, one_back), two_back) + emissions[:, t]
         alpha = torch.where(valid & (t < t_len).unsqueeze(1), step, neg_inf)
         alphas.append(alpha)
     log_alpha = torch.stack(alphas, 1) if t_max else emissions
@@ -108,7 +101,7 @@ def _ctc_loss(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: lis
     at_end = torch.gather(last, 1, end.unsqueeze(1)).squeeze(1)
     before_end = torch.gather(last, 1, (end - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     before_end = torch.where(end > 0, before_end, torch.full_like(before_end, _NEG_INF))
-    nll = -_logaddexp3(at_end, before_end, torch.full_like(at_end, _NEG_INF))
+    nll = -torch.logaddexp(at_end, before_end)
     nll = torch.where(t_len > 0, nll, torch.where(end > 0, torch.full_like(nll, float("inf")), torch.zeros_like(nll)))
     # zero_infinity is applied by ctc_loss and the backward: _ctc_loss itself keeps inf, as ATen's
     return nll, log_alpha
@@ -132,7 +125,7 @@ def _ctc_loss_backward(grad: torch.Tensor, log_probs: torch.Tensor, targets: tor
     for t in range(t_max - 1, -1, -1):
         one_ahead = torch.constant_pad_nd(beta, [0, 1], _NEG_INF)[:, 1:]
         two_ahead = torch.where(skip_ahead, torch.constant_pad_nd(beta, [0, 2], _NEG_INF)[:, 2:], neg_inf)
-        step = _logaddexp3(beta, one_ahead, two_ahead) + emissions[:, t]
+        step = torch.logaddexp(torch.logaddexp(beta, one_ahead), two_ahead) + emissions[:, t]
         is_last = (t_len - 1 == t).unsqueeze(1)
         before = (t < t_len - 1).unsqueeze(1)
         beta = torch.where(is_last & last_two, emissions[:, t], torch.where(before & valid, step, neg_inf))
