@@ -18,6 +18,7 @@
 #include "host_helpers.h"
 #include "ir/verifier.h"
 #include "runtime/host/executor.h"
+#include "runtime/host/vector_tanh.h"
 
 namespace torch_tpu::runtime {
 namespace {
@@ -46,9 +47,18 @@ std::vector<at::Tensor> run(const HostExecutable& exe, const Program& p, const s
   return results;
 }
 
-// Whether libtorch_cpu exports MKL's vector math: then a cluster's exp, log, tanh, sin, ... are
-// the very functions ATen's kernels call (fusion.h), and fused results equal unfused ones.
+// Whether libtorch_cpu exports MKL's vector math: then a cluster's exp, log, sin, ... are the
+// very functions ATen's kernels call (fusion.h), and fused results equal unfused ones. (tanh is
+// the runtime's own in both: vector_tanh.h.)
 bool has_mkl_vml() { return dlsym(RTLD_DEFAULT, "vmsTanh") != nullptr; }
+
+// tanh with the host runtime's float32 function (vector_tanh.h), which clusters and the unfused
+// kernel both use.
+at::Tensor vector_tanh(const at::Tensor& x) {
+  at::Tensor src = x.contiguous(), out = at::empty_like(src);
+  runtime::host::tanh_f32(out.mutable_data_ptr<float>(), src.const_data_ptr<float>(), src.numel());
+  return out;
+}
 
 // Runs fused and unfused; expects the fused program to have `clusters` clusters and both to
 // agree exactly (exact) or within float32 test tolerances.
@@ -152,7 +162,8 @@ TEST(HostFusion, Bf16AndF16RoundAfterEveryNode) {
 TEST(HostFusion, TranscendentalsGiveAtensBitsThroughMkl) {
   // Where libtorch_cpu carries MKL, ATen's float exp, log, sin, ... kernels are MKL's vector
   // math functions; a cluster calls the same ones per tile, so fused results equal the kernels'
-  // bits, over whole and partial tiles and a strided input alike.
+  // bits, over whole and partial tiles and a strided input alike. (float32 tanh: vector_tanh.h's
+  // function in both.)
   if (!has_mkl_vml()) GTEST_SKIP() << "this libtorch_cpu exports no MKL VML (no MKL build)";
   const int64_t n = 3001;
   for (OpKind k : {OpKind::kTanh, OpKind::kExp, OpKind::kLog, OpKind::kSin, OpKind::kCos, OpKind::kTan, OpKind::kAsin,
@@ -277,15 +288,13 @@ TEST(HostFusion, StridedInputsAndStridedDirectOutput) {
   at::Tensor ybuf = at::randn({80, 220}).to(at::kBFloat16);
   at::Tensor yv = ybuf.slice(0, 0, 80, 2).slice(1, 5, 215, 3);  // [40, 70], strided
   ASSERT_EQ(yv.sizes(), (c10::IntArrayRef{40, 70}));
-  check(p, {b}, {tensor_binding(xv), tensor_binding(yv)}, 1, /*exact=*/has_mkl_vml());
+  check(p, {b}, {tensor_binding(xv), tensor_binding(yv)}, 1);
   // A strided destination of the node's dtype is written directly (scatter).
   HostExecutable exe = compile(p, {b}, true);
   at::Tensor obuf = at::full({70, 80}, -1.f);
   at::Tensor out = obuf.slice(1, 0, 80, 2).t();  // [40, 70], strides (2, 80)
   exe.run({tensor_binding(xv), tensor_binding(yv)}, {{b, tensor_binding(out)}}, {});
-  at::Tensor want = at::tanh(xv * yv.to(at::kFloat));
-  // Bit for bit with MKL (ATen's own tanh); else SLEEF's, which may differ in the last bit.
-  EXPECT_TRUE(has_mkl_vml() ? at::equal(out, want) : at::allclose(out, want, 1.3e-6, 1e-5));
+  EXPECT_TRUE(at::equal(out, vector_tanh(xv * yv.to(at::kFloat))));
   EXPECT_EQ(obuf[0][1].item<float>(), -1.f);  // untouched between the strided elements
 }
 
@@ -583,12 +592,9 @@ TEST(HostFusion, StoresComputedInTheirDestinationAcrossTiles) {
   int32_t b = p.add(OpKind::kTanh, DType::kF32, {5003}, {a});
   int32_t c = p.add(OpKind::kSub, DType::kF32, {5003}, {b, a});
   at::Tensor xv = at::randn({5003}), yv = at::randn({5003});
-  auto got = check(p, {a, c}, {tensor_binding(xv), tensor_binding(yv)}, 1, /*exact=*/has_mkl_vml());
+  auto got = check(p, {a, c}, {tensor_binding(xv), tensor_binding(yv)}, 1);
   EXPECT_TRUE(at::equal(got[0], xv * yv));
-  // tanh: ATen's own (MKL) function where libtorch_cpu has it, else SLEEF's 1-ulp one (fusion.h),
-  // whose last float bit may differ from ATen's.
-  const at::Tensor want_c = at::tanh(xv * yv) - xv * yv;
-  EXPECT_TRUE(has_mkl_vml() ? at::equal(got[1], want_c) : at::allclose(got[1], want_c, 1e-6, 1e-6));
+  EXPECT_TRUE(at::equal(got[1], vector_tanh(xv * yv) - xv * yv));
   HostExecutable exe = compile(p, {a, c}, true);
   at::Tensor da = at::empty({5003}), dc = at::empty({5003}), dc2 = at::zeros({5003, 2});
   exe.run({tensor_binding(xv), tensor_binding(yv)},

@@ -3,7 +3,8 @@
 Each test records a small graph with GraphBuilder(reference=True) (so every value carries its
 reference data), runs the serialized graph through torch_tpu._C._ir_run_host and compares.
 Integer/bool results and random numbers must match exactly; elementwise and data-movement float
-results too (the host runtime calls the same ATen kernels); reductions and contractions may
+results too (the host runtime calls the same ATen kernels; float32 tanh excepted: its own
+function); reductions and contractions may
 reorder float sums, so they get assert_close's default tolerances.
 """
 
@@ -150,7 +151,9 @@ def test_unary(op, dtype):
         outs = [p.g.unary(op, v) for v in (x, e, s)]
     except (RuntimeError, NotImplementedError) as err:  # the reference itself lacks the kernel
         pytest.skip(f"reference: {err}")
-    p.check(*outs)
+    # float32 tanh is the host runtime's own function (runtime/host/vector_tanh.h, within 1.33
+    # ulp of the correctly rounded result), not ATen's: compared at float32 tolerances.
+    p.check(*outs, exact=not (op == "tanh" and dtype == torch.float32))
 
 
 def _binary_operands(op, dtype):

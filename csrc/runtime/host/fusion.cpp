@@ -25,6 +25,7 @@
 #include "runtime/host/kernels.h"
 #include "runtime/host/native_kernels.h"
 #include "runtime/host/tile_ops.h"
+#include "runtime/host/vector_tanh.h"
 
 namespace torch_tpu::runtime::host {
 
@@ -418,12 +419,12 @@ const SleefTable& sleef() {
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return t;
     auto find = [](const char* name) { return dlsym(RTLD_DEFAULT, name); };
     const std::pair<Op, const char*> unary[] = {
-        {kExp, "Sleef_expf8_u10"},     {kExpm1, "Sleef_expm1f8_u10"},   {kLog, "Sleef_logf8_u10"},
-        {kLog1p, "Sleef_log1pf8_u10"}, {kSin, "Sleef_sinf8_u10"},       {kCos, "Sleef_cosf8_u10"},
-        {kTan, "Sleef_tanf8_u10"},     {kTanh, "Sleef_tanhf8_u10"},     {kAsin, "Sleef_asinf8_u10"},
-        {kAcos, "Sleef_acosf8_u10"},   {kAtan, "Sleef_atanf8_u10"},     {kSinh, "Sleef_sinhf8_u10"},
-        {kCosh, "Sleef_coshf8_u10"},   {kAsinh, "Sleef_asinhf8_u10"},   {kAcosh, "Sleef_acoshf8_u10"},
-        {kAtanh, "Sleef_atanhf8_u10"}, {kLgamma, "Sleef_lgammaf8_u10"}, {kErf, "Sleef_erff8_u10"}};
+        {kExp, "Sleef_expf8_u10"},       {kExpm1, "Sleef_expm1f8_u10"}, {kLog, "Sleef_logf8_u10"},
+        {kLog1p, "Sleef_log1pf8_u10"},   {kSin, "Sleef_sinf8_u10"},     {kCos, "Sleef_cosf8_u10"},
+        {kTan, "Sleef_tanf8_u10"},       {kAsin, "Sleef_asinf8_u10"},   {kAcos, "Sleef_acosf8_u10"},
+        {kAtan, "Sleef_atanf8_u10"},     {kSinh, "Sleef_sinhf8_u10"},   {kCosh, "Sleef_coshf8_u10"},
+        {kAsinh, "Sleef_asinhf8_u10"},   {kAcosh, "Sleef_acoshf8_u10"}, {kAtanh, "Sleef_atanhf8_u10"},
+        {kLgamma, "Sleef_lgammaf8_u10"}, {kErf, "Sleef_erff8_u10"}};
     const std::pair<Op, const char*> binary[] = {
         {kAtan2, "Sleef_atan2f8_u10"}, {kPow, "Sleef_powf8_u10"}, {kRem, "Sleef_fmodf8"}};
     for (auto [op, name] : unary) t.unary[op] = reinterpret_cast<Sleef1>(find(name));
@@ -677,17 +678,17 @@ void store(const Access& a, int64_t start, int64_t n, const float* in) {
 
 // ATen's float kernels for these ops call MKL's vector math library (at::vml, VML_HA) wherever
 // PyTorch is built with MKL, and libtorch_cpu exports it: a tile computed by the same function
-// has ATen's bits (checked bit for bit on 500k inputs, any call length) and costs several times
-// less than SLEEF's u10 functions (tanh: ~0.4 vs ~3.5 ns per element). Null where absent.
+// has ATen's bits (checked bit for bit on 500k inputs, any call length) and costs less than
+// SLEEF's u10 functions. Null where absent. tanh is not among them: vector_tanh.h's is faster.
 using VmlUnary = void (*)(int n, const float* a, float* r, long long mode);
 constexpr long long kVmlMode = 0x2 | 0x140000 | 0x100;  // VML_HA | VML_FTZDAZ_OFF | VML_ERRMODE_IGNORE, as ATen
 
 const std::array<VmlUnary, kNoOp>& vml() {
   static const std::array<VmlUnary, kNoOp> table = [] {
     std::array<VmlUnary, kNoOp> t{};
-    const std::pair<Op, const char*> ops[] = {
-        {kExp, "vmsExp"},   {kLog, "vmsLn"},    {kSin, "vmsSin"},   {kCos, "vmsCos"},   {kTan, "vmsTan"},
-        {kTanh, "vmsTanh"}, {kAsin, "vmsAsin"}, {kAcos, "vmsAcos"}, {kAtan, "vmsAtan"}, {kErf, "vmsErf"}};
+    const std::pair<Op, const char*> ops[] = {{kExp, "vmsExp"},   {kLog, "vmsLn"},    {kSin, "vmsSin"},
+                                              {kCos, "vmsCos"},   {kTan, "vmsTan"},   {kAsin, "vmsAsin"},
+                                              {kAcos, "vmsAcos"}, {kAtan, "vmsAtan"}, {kErf, "vmsErf"}};
     for (auto [op, name] : ops) t[op] = reinterpret_cast<VmlUnary>(dlsym(RTLD_DEFAULT, name));
     return t;
   }();
@@ -768,7 +769,9 @@ void exec_instr(const Cluster::Instr& instr, SlotFn slot, int64_t n, int64_t n8,
   }
   float* d = slot(in.dst);
   const int64_t ma = in.fixed & 1 ? 0 : -1, mb = in.fixed & 2 ? 0 : -1, mc = in.fixed & 4 ? 0 : -1;
-  if (VmlUnary f = vml()[in.op]) {  // n8 <= a tile buffer, or an in-place operand's length
+  if (in.op == kTanh) {
+    tanh_f32(d, slot(in.a), n8);
+  } else if (VmlUnary f = vml()[in.op]) {  // n8 <= a tile buffer, or an in-place operand's length
     if (in.op == kExp) {
       vml_exp(f, n8, slot(in.a), d);
     } else {

@@ -1,6 +1,7 @@
 // Elementwise IR ops (unary, binary, compare, select, convert) and leaves (constant, iota).
-// Each maps to the ATen op builder.py's reference uses, so results match it bit for bit; the
-// `_out` variants write straight into an output destination.
+// Each maps to the ATen op builder.py's reference uses, so results match it bit for bit (except
+// float32 tanh, which is the fused clusters' own: vector_tanh.h); the `_out` variants write
+// straight into an output destination.
 #include <ATen/Dispatch.h>
 #include <c10/util/TypeCast.h>
 
@@ -10,6 +11,7 @@
 #include "common/check.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
+#include "runtime/host/vector_tanh.h"
 
 namespace torch_tpu::runtime::host {
 namespace {
@@ -28,6 +30,17 @@ using ir::OpKind;
   [x, y](const Values& v, at::Tensor* out) {                          \
     return out ? at::FN##_out(*out, v[x], v[y]) : at::FN(v[x], v[y]); \
   }
+
+// tanh of a float32 tensor with vector_tanh.h's function, into `out` when given.
+at::Tensor float_tanh(const at::Tensor& a, at::Tensor* out) {
+  const at::Tensor src = a.contiguous();
+  const bool direct = out != nullptr && out->is_contiguous() && out->scalar_type() == at::kFloat;
+  at::Tensor dst = direct ? *out : at::empty(src.sizes(), src.options());
+  tanh_f32(dst.mutable_data_ptr<float>(), src.const_data_ptr<float>(), src.numel());
+  if (out == nullptr) return dst;
+  if (!direct) out->copy_(dst);
+  return *out;
+}
 
 Kernel unary_kernel(OpKind kind, int32_t x, bool is_bool) {
   switch (kind) {
@@ -66,8 +79,11 @@ Kernel unary_kernel(OpKind kind, int32_t x, bool is_bool) {
       return UNARY_OUT(cos);
     case OpKind::kTan:
       return UNARY_OUT(tan);
-    case OpKind::kTanh:
-      return UNARY_OUT(tanh);
+    case OpKind::kTanh:  // float32: the clusters' function (vector_tanh.h), so fused or not agree
+      return [x](const Values& v, at::Tensor* out) {
+        const at::Tensor& a = v[x];
+        return a.scalar_type() == at::kFloat ? float_tanh(a, out) : out ? at::tanh_out(*out, a) : at::tanh(a);
+      };
     case OpKind::kAsin:
       return UNARY_OUT(asin);
     case OpKind::kAcos:

@@ -1,0 +1,68 @@
+// float32 tanh in vector lanes (vector_tanh.h).
+#include "runtime/host/vector_tanh.h"
+
+#include <cstring>
+
+#include "runtime/host/clones.h"
+
+namespace torch_tpu::runtime::host {
+namespace {
+
+typedef float F8 __attribute__((vector_size(32)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+
+// d[0..8) = tanh(a[0..8)). The below-0.625 branch is Cephes' odd polynomial, the other
+// 1 - 2 / (e^2|x| + 1); both are computed for every lane and selected, so there are no branches.
+// Pointers rather than vector values: a vector argument or result would change the ABI of the
+// default (SSE) clone.
+#define SPLAT(c) (F8{} + (c))
+[[gnu::always_inline]] inline void tanh8(float* d, const float* src) {
+  F8 x;
+  std::memcpy(&x, src, sizeof x);
+  const F8 a = (F8)((I8)x & 0x7fffffff);
+  const F8 z = a * a;
+  F8 p = SPLAT(-5.70498872745e-3f) * z + SPLAT(2.06390887954e-2f);
+  p = p * z + SPLAT(-5.37397155531e-2f);
+  p = p * z + SPLAT(1.33314422036e-1f);
+  p = p * z + SPLAT(-3.33332819422e-1f);
+  const F8 small = a + a * z * p;
+
+  F8 t = a < SPLAT(10.f) ? a : SPLAT(10.f);  // NaN lanes take 10: replaced below
+  t = t + t;
+  // e^t = 2^n e^r with n = round(t / ln 2) (t > 0: truncating t / ln 2 + 0.5 rounds), |r| <= ln 2 / 2.
+  const I8 n = __builtin_convertvector(t * SPLAT(1.44269504088896341f) + SPLAT(0.5f), I8);
+  const F8 fn = __builtin_convertvector(n, F8);
+  F8 r = t - fn * SPLAT(0.693359375f);
+  r = r - fn * SPLAT(-2.12194440e-4f);
+  F8 q = SPLAT(1.9875691500e-4f) * r + SPLAT(1.3981999507e-3f);
+  q = q * r + SPLAT(8.3334519073e-3f);
+  q = q * r + SPLAT(4.1665795894e-2f);
+  q = q * r + SPLAT(1.6666665459e-1f);
+  q = q * r + SPLAT(5.0000001201e-1f);
+  F8 e = q * (r * r) + r + SPLAT(1.f);
+  e = (F8)((I8)e + (n << 23));  // n <= 29: the exponent stays in range
+  const F8 large = SPLAT(1.f) - SPLAT(2.f) / (e + SPLAT(1.f));
+
+  F8 y = a < SPLAT(0.625f) ? small : large;
+  y = (F8)((I8)y | ((I8)x & static_cast<int32_t>(0x80000000u)));  // tanh is odd
+  y = x != x ? x : y;
+  std::memcpy(d, &y, sizeof y);
+}
+#undef SPLAT
+
+}  // namespace
+
+TPU_AVX2_CLONES void tanh_f32(float* d, const float* a, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    tanh8(d + i, a + i);
+  }
+  if (i < n) {  // the tail through one padded vector: lanes are independent, so the bits match
+    float x[8] = {}, y[8];
+    std::memcpy(x, a + i, static_cast<size_t>(n - i) * sizeof(float));
+    tanh8(y, x);
+    std::memcpy(d + i, y, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+
+}  // namespace torch_tpu::runtime::host
