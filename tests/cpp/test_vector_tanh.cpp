@@ -1,5 +1,7 @@
-// The host runtime's float32 tanh (runtime/host/vector_tanh.h): accuracy against the correctly
-// rounded result, special values, and lane independence (any length and offset, in place).
+// The host runtime's 8-lane float32 tanh (cephes_tanh_f32, runtime/host/vector_tanh.h, used
+// where MKL's is slow or absent): accuracy against the correctly rounded result, special
+// values, and lane independence (any length and offset, in place).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -29,7 +31,7 @@ TEST(VectorTanh, WithinOneAndAThirdUlpOnSampledFloats) {
   const size_t half = x.size();
   for (size_t i = 0; i < half; ++i) x.push_back(-x[i]);
   std::vector<float> y(x.size());
-  tanh_f32(y.data(), x.data(), static_cast<int64_t>(x.size()));
+  cephes_tanh_f32(y.data(), x.data(), static_cast<int64_t>(x.size()));
   double worst = 0;
   float worst_x = 0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -47,7 +49,7 @@ TEST(VectorTanh, SpecialValues) {
   const float denormal = std::numeric_limits<float>::denorm_min() * 77;
   std::vector<float> x = {0.f, -0.f, inf, -inf, std::nanf(""), denormal, -denormal, 9.1f, 10.f, 1e30f, -1e30f};
   std::vector<float> y(x.size());
-  tanh_f32(y.data(), x.data(), static_cast<int64_t>(x.size()));
+  cephes_tanh_f32(y.data(), x.data(), static_cast<int64_t>(x.size()));
   EXPECT_EQ(std::bit_cast<uint32_t>(y[0]), 0u);
   EXPECT_EQ(std::bit_cast<uint32_t>(y[1]), 0x80000000u);  // -0 keeps its sign
   EXPECT_EQ(y[2], 1.f);
@@ -63,17 +65,34 @@ TEST(VectorTanh, LanesAreIndependentOfLengthOffsetAndAliasing) {
   std::vector<float> x(203);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.037f - 3.7f;
   std::vector<float> whole(x.size());
-  tanh_f32(whole.data(), x.data(), static_cast<int64_t>(x.size()));
+  cephes_tanh_f32(whole.data(), x.data(), static_cast<int64_t>(x.size()));
   for (int64_t offset : {0, 1, 5}) {
     for (int64_t n : {1, 7, 8, 9, 100}) {
       std::vector<float> part(x.begin() + offset, x.begin() + offset + n);
-      tanh_f32(part.data(), part.data(), n);  // in place
+      cephes_tanh_f32(part.data(), part.data(), n);  // in place
       for (int64_t i = 0; i < n; ++i) {
         EXPECT_EQ(std::bit_cast<uint32_t>(part[i]), std::bit_cast<uint32_t>(whole[offset + i]))
             << "offset " << offset << " n " << n << " i " << i;
       }
     }
   }
+}
+
+TEST(VectorTanh, MklOnIntelCpusElseCephes) {
+  // tanh_f32 is MKL's VML_HA tanh (ATen's) where MKL runs its optimized code, else Cephes'.
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.013f - 6.5f;
+  std::vector<float> got(x.size()), want(x.size());
+  tanh_f32(got.data(), x.data(), static_cast<int64_t>(x.size()));
+  if (tanh_uses_mkl()) {
+    using VmlUnary = void (*)(int, const float*, float*, long long);
+    auto vml = reinterpret_cast<VmlUnary>(dlsym(RTLD_DEFAULT, "vmsTanh"));
+    ASSERT_NE(vml, nullptr);
+    vml(static_cast<int>(x.size()), x.data(), want.data(), 0x2 | 0x140000 | 0x100);
+  } else {
+    cephes_tanh_f32(want.data(), x.data(), static_cast<int64_t>(x.size()));
+  }
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]));
 }
 
 }  // namespace

@@ -679,7 +679,7 @@ void store(const Access& a, int64_t start, int64_t n, const float* in) {
 // ATen's float kernels for these ops call MKL's vector math library (at::vml, VML_HA) wherever
 // PyTorch is built with MKL, and libtorch_cpu exports it: a tile computed by the same function
 // has ATen's bits (checked bit for bit on 500k inputs, any call length) and costs less than
-// SLEEF's u10 functions. Null where absent. tanh is not among them: vector_tanh.h's is faster.
+// SLEEF's u10 functions. Null where absent. tanh is vector_tanh.h's (MKL's on Intel CPUs only).
 using VmlUnary = void (*)(int n, const float* a, float* r, long long mode);
 constexpr long long kVmlMode = 0x2 | 0x140000 | 0x100;  // VML_HA | VML_FTZDAZ_OFF | VML_ERRMODE_IGNORE, as ATen
 

@@ -1,6 +1,10 @@
-// float32 tanh in vector lanes (vector_tanh.h).
+// float32 tanh (vector_tanh.h).
 #include "runtime/host/vector_tanh.h"
 
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "runtime/host/clones.h"
@@ -50,9 +54,36 @@ typedef int32_t I8 __attribute__((vector_size(32)));
 }
 #undef SPLAT
 
+using VmlUnary = void (*)(int n, const float* a, float* r, long long mode);
+constexpr long long kVmlMode = 0x2 | 0x140000 | 0x100;  // VML_HA | VML_FTZDAZ_OFF | VML_ERRMODE_IGNORE, as ATen
+
+// MKL's tanh where it runs its optimized code (Intel CPUs) and libtorch_cpu exports it.
+VmlUnary mkl_tanh() {
+  static const VmlUnary f = [] {
+#if defined(__x86_64__)
+    if (__builtin_cpu_is("intel")) return reinterpret_cast<VmlUnary>(dlsym(RTLD_DEFAULT, "vmsTanh"));
+#endif
+    return VmlUnary{nullptr};
+  }();
+  return f;
+}
+
 }  // namespace
 
-TPU_AVX2_CLONES void tanh_f32(float* d, const float* a, int64_t n) {
+bool tanh_uses_mkl() { return mkl_tanh() != nullptr; }
+
+void tanh_f32(float* d, const float* a, int64_t n) {
+  if (VmlUnary f = mkl_tanh()) {
+    for (int64_t i = 0; i < n; i += INT_MAX) {
+      const int64_t m = std::min<int64_t>(INT_MAX, n - i);
+      f(static_cast<int>(m), a + i, d + i, kVmlMode);
+    }
+    return;
+  }
+  cephes_tanh_f32(d, a, n);
+}
+
+TPU_AVX2_CLONES void cephes_tanh_f32(float* d, const float* a, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     tanh8(d + i, a + i);
