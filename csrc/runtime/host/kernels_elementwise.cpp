@@ -4,6 +4,7 @@
 // on Intel CPUs); the `_out` variants write
 // straight into an output destination.
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <c10/util/TypeCast.h>
 
 #include <algorithm>
@@ -32,12 +33,17 @@ using ir::OpKind;
     return out ? at::FN##_out(*out, v[x], v[y]) : at::FN(v[x], v[y]); \
   }
 
-// tanh of a float32 tensor with vector_tanh.h's function, into `out` when given.
+// tanh of a float32 tensor with vector_tanh.h's function, into `out` when given. Over ATen's
+// intra-op threads with ATen's grain, as at::tanh would run (serial on a stream worker, where
+// split_large cuts large ones); lanes are independent, so the cut does not change the bits.
 at::Tensor float_tanh(const at::Tensor& a, at::Tensor* out) {
   const at::Tensor src = a.contiguous();
   const bool direct = out != nullptr && out->is_contiguous() && out->scalar_type() == at::kFloat;
   at::Tensor dst = direct ? *out : at::empty(src.sizes(), src.options());
-  tanh_f32(dst.mutable_data_ptr<float>(), src.const_data_ptr<float>(), src.numel());
+  float* d = dst.mutable_data_ptr<float>();
+  const float* x = src.const_data_ptr<float>();
+  at::parallel_for(0, src.numel(), at::internal::GRAIN_SIZE,
+                   [&](int64_t begin, int64_t end) { tanh_f32(d + begin, x + begin, end - begin); });
   if (out == nullptr) return dst;
   if (!direct) out->copy_(dst);
   return *out;
