@@ -2,12 +2,13 @@
 #include "runtime/host/vector_tanh.h"
 
 #include <dlfcn.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
-
-#include "runtime/host/clones.h"
 
 namespace torch_tpu::runtime::host {
 namespace {
@@ -15,43 +16,73 @@ namespace {
 typedef float F8 __attribute__((vector_size(32)));
 typedef int32_t I8 __attribute__((vector_size(32)));
 
-// d[0..8) = tanh(a[0..8)). The below-0.625 branch is Cephes' odd polynomial, the other
-// 1 - 2 / (e^2|x| + 1); both are computed for every lane and selected, so there are no branches.
-// Pointers rather than vector values: a vector argument or result would change the ABI of the
-// default (SSE) clone.
 #define SPLAT(c) (F8{} + (c))
-[[gnu::always_inline]] inline void tanh8(float* d, const float* src) {
-  F8 x;
-  std::memcpy(&x, src, sizeof x);
-  const F8 a = (F8)((I8)x & 0x7fffffff);
-  const F8 z = a * a;
-  F8 p = SPLAT(-5.70498872745e-3f) * z + SPLAT(2.06390887954e-2f);
-  p = p * z + SPLAT(-5.37397155531e-2f);
-  p = p * z + SPLAT(1.33314422036e-1f);
-  p = p * z + SPLAT(-3.33332819422e-1f);
-  const F8 small = a + a * z * p;
+// d[0..8) = tanh(src[0..8)), with MADD(a, b, c) for a * b + c. The below-0.625 branch is
+// Cephes' odd polynomial, the other 1 - 2 / (e^2|x| + 1); both are computed for every lane and
+// selected, so there are no branches. A macro rather than a function taking vectors: it is
+// instantiated once with fused multiply-adds (an avx2+fma function) and once without (the
+// portable one), and a vector argument would change the ABI of the portable build.
+#define TANH8(d, src)                                                                            \
+  do {                                                                                           \
+    F8 x;                                                                                        \
+    std::memcpy(&x, (src), sizeof x);                                                            \
+    const F8 a = (F8)((I8)x & 0x7fffffff);                                                       \
+    const F8 z = a * a;                                                                          \
+    F8 p = MADD(SPLAT(-5.70498872745e-3f), z, SPLAT(2.06390887954e-2f));                         \
+    p = MADD(p, z, SPLAT(-5.37397155531e-2f));                                                   \
+    p = MADD(p, z, SPLAT(1.33314422036e-1f));                                                    \
+    p = MADD(p, z, SPLAT(-3.33332819422e-1f));                                                   \
+    const F8 small = MADD(a * z, p, a);                                                          \
+    /* NaN lanes take 10 here: replaced at the end. */                                           \
+    F8 t = a < SPLAT(10.f) ? a : SPLAT(10.f);                                                    \
+    t = t + t;                                                                                   \
+    /* e^t = 2^n e^r, n = round(t / ln 2) (t > 0: truncating t / ln 2 + 0.5 rounds). */          \
+    const I8 n = __builtin_convertvector(MADD(t, SPLAT(1.44269504088896341f), SPLAT(0.5f)), I8); \
+    const F8 fn = __builtin_convertvector(n, F8);                                                \
+    F8 r = MADD(-fn, SPLAT(0.693359375f), t);                                                    \
+    r = MADD(-fn, SPLAT(-2.12194440e-4f), r);                                                    \
+    F8 q = MADD(SPLAT(1.9875691500e-4f), r, SPLAT(1.3981999507e-3f));                            \
+    q = MADD(q, r, SPLAT(8.3334519073e-3f));                                                     \
+    q = MADD(q, r, SPLAT(4.1665795894e-2f));                                                     \
+    q = MADD(q, r, SPLAT(1.6666665459e-1f));                                                     \
+    q = MADD(q, r, SPLAT(5.0000001201e-1f));                                                     \
+    F8 e = MADD(q, r * r, r) + SPLAT(1.f);                                                       \
+    e = (F8)((I8)e + (n << 23)); /* n <= 29: the exponent stays in range */                      \
+    const F8 large = SPLAT(1.f) - SPLAT(2.f) / (e + SPLAT(1.f));                                 \
+    F8 y = a < SPLAT(0.625f) ? small : large;                                                    \
+    y = (F8)((I8)y | ((I8)x & static_cast<int32_t>(0x80000000u))); /* tanh is odd */             \
+    y = x != x ? x : y;                                                                          \
+    std::memcpy((d), &y, sizeof y);                                                              \
+  } while (false)
 
-  F8 t = a < SPLAT(10.f) ? a : SPLAT(10.f);  // NaN lanes take 10: replaced below
-  t = t + t;
-  // e^t = 2^n e^r with n = round(t / ln 2) (t > 0: truncating t / ln 2 + 0.5 rounds), |r| <= ln 2 / 2.
-  const I8 n = __builtin_convertvector(t * SPLAT(1.44269504088896341f) + SPLAT(0.5f), I8);
-  const F8 fn = __builtin_convertvector(n, F8);
-  F8 r = t - fn * SPLAT(0.693359375f);
-  r = r - fn * SPLAT(-2.12194440e-4f);
-  F8 q = SPLAT(1.9875691500e-4f) * r + SPLAT(1.3981999507e-3f);
-  q = q * r + SPLAT(8.3334519073e-3f);
-  q = q * r + SPLAT(4.1665795894e-2f);
-  q = q * r + SPLAT(1.6666665459e-1f);
-  q = q * r + SPLAT(5.0000001201e-1f);
-  F8 e = q * (r * r) + r + SPLAT(1.f);
-  e = (F8)((I8)e + (n << 23));  // n <= 29: the exponent stays in range
-  const F8 large = SPLAT(1.f) - SPLAT(2.f) / (e + SPLAT(1.f));
+// Over any n: 8 lanes at a time, the tail through one padded vector (lanes are independent, so
+// a lane's bits do not depend on where a call starts or ends).
+#define TANH_LOOP(d, a, n)                                                    \
+  do {                                                                        \
+    int64_t i = 0;                                                            \
+    for (; i + 8 <= (n); i += 8) TANH8((d) + i, (a) + i);                     \
+    if (i < (n)) {                                                            \
+      float xs[8] = {}, ys[8];                                                \
+      std::memcpy(xs, (a) + i, static_cast<size_t>((n) - i) * sizeof(float)); \
+      TANH8(ys, xs);                                                          \
+      std::memcpy((d) + i, ys, static_cast<size_t>((n) - i) * sizeof(float)); \
+    }                                                                         \
+  } while (false)
 
-  F8 y = a < SPLAT(0.625f) ? small : large;
-  y = (F8)((I8)y | ((I8)x & static_cast<int32_t>(0x80000000u)));  // tanh is odd
-  y = x != x ? x : y;
-  std::memcpy(d, &y, sizeof y);
-}
+#define MADD(a, b, c) ((a) * (b) + (c))
+void cephes_tanh_portable(float* d, const float* a, int64_t n) { TANH_LOOP(d, a, n); }
+#undef MADD
+
+#if defined(__x86_64__)
+// With fused multiply-adds: ~1.4x faster, and each MADD rounds once (the accuracy bound holds
+// for both variants; their last bits differ, but a machine always runs the same one).
+#define MADD(a, b, c) ((F8)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+[[gnu::target("avx2,fma")]] void cephes_tanh_fma(float* d, const float* a, int64_t n) { TANH_LOOP(d, a, n); }
+#undef MADD
+#endif
+
+#undef TANH_LOOP
+#undef TANH8
 #undef SPLAT
 
 using VmlUnary = void (*)(int n, const float* a, float* r, long long mode);
@@ -83,17 +114,12 @@ void tanh_f32(float* d, const float* a, int64_t n) {
   cephes_tanh_f32(d, a, n);
 }
 
-TPU_AVX2_CLONES void cephes_tanh_f32(float* d, const float* a, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    tanh8(d + i, a + i);
-  }
-  if (i < n) {  // the tail through one padded vector: lanes are independent, so the bits match
-    float x[8] = {}, y[8];
-    std::memcpy(x, a + i, static_cast<size_t>(n - i) * sizeof(float));
-    tanh8(y, x);
-    std::memcpy(d + i, y, static_cast<size_t>(n - i) * sizeof(float));
-  }
+void cephes_tanh_f32(float* d, const float* a, int64_t n) {
+#if defined(__x86_64__)
+  static const bool fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (fma) return cephes_tanh_fma(d, a, n);
+#endif
+  cephes_tanh_portable(d, a, n);
 }
 
 }  // namespace torch_tpu::runtime::host
