@@ -1,8 +1,7 @@
 // Elementwise IR ops (unary, binary, compare, select, convert) and leaves (constant, iota).
 // Each maps to the ATen op builder.py's reference uses, so results match it bit for bit (except
-// float32 tanh, which is the fused clusters' function, vector_tanh.h: MKL's, ATen's own, only
-// on Intel CPUs); the `_out` variants write
-// straight into an output destination.
+// float32 tanh: the fused clusters' function, vector_tanh.h, which is ATen's own MKL tanh only
+// on Intel CPUs); the `_out` variants write straight into an output destination.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <c10/util/TypeCast.h>
