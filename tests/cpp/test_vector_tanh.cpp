@@ -1,7 +1,6 @@
 // The host runtime's 8-lane float32 tanh (cephes_tanh_f32, runtime/host/vector_tanh.h, used
 // where MKL's is slow or absent): accuracy against the correctly rounded result, special
 // values, and lane independence (any length and offset, in place).
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -10,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "runtime/host/mkl_vml.h"
 #include "runtime/host/vector_tanh.h"
 
 namespace torch_tpu::runtime::host {
@@ -85,10 +85,9 @@ TEST(VectorTanh, MklOnIntelCpusElseCephes) {
   std::vector<float> got(x.size()), want(x.size());
   tanh_f32(got.data(), x.data(), static_cast<int64_t>(x.size()));
   if (tanh_uses_mkl()) {
-    using VmlUnary = void (*)(int, const float*, float*, long long);
-    auto vml = reinterpret_cast<VmlUnary>(dlsym(RTLD_DEFAULT, "vmsTanh"));
+    VmlUnary vml = find_vml("vmsTanh");
     ASSERT_NE(vml, nullptr);
-    vml(static_cast<int>(x.size()), x.data(), want.data(), 0x2 | 0x140000 | 0x100);
+    vml(static_cast<int>(x.size()), x.data(), want.data(), kVmlMode);
   } else {
     cephes_tanh_f32(want.data(), x.data(), static_cast<int64_t>(x.size()));
   }

@@ -23,6 +23,7 @@
 #include "runtime/host/column_sums.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
+#include "runtime/host/mkl_vml.h"
 #include "runtime/host/native_kernels.h"
 #include "runtime/host/tile_ops.h"
 #include "runtime/host/vector_tanh.h"
@@ -680,16 +681,13 @@ void store(const Access& a, int64_t start, int64_t n, const float* in) {
 // PyTorch is built with MKL, and libtorch_cpu exports it: a tile computed by the same function
 // has ATen's bits (checked bit for bit on 500k inputs, any call length) and costs less than
 // SLEEF's u10 functions. Null where absent. tanh is vector_tanh.h's (MKL's on Intel CPUs only).
-using VmlUnary = void (*)(int n, const float* a, float* r, long long mode);
-constexpr long long kVmlMode = 0x2 | 0x140000 | 0x100;  // VML_HA | VML_FTZDAZ_OFF | VML_ERRMODE_IGNORE, as ATen
-
 const std::array<VmlUnary, kNoOp>& vml() {
   static const std::array<VmlUnary, kNoOp> table = [] {
     std::array<VmlUnary, kNoOp> t{};
     const std::pair<Op, const char*> ops[] = {{kExp, "vmsExp"},   {kLog, "vmsLn"},    {kSin, "vmsSin"},
                                               {kCos, "vmsCos"},   {kTan, "vmsTan"},   {kAsin, "vmsAsin"},
                                               {kAcos, "vmsAcos"}, {kAtan, "vmsAtan"}, {kErf, "vmsErf"}};
-    for (auto [op, name] : ops) t[op] = reinterpret_cast<VmlUnary>(dlsym(RTLD_DEFAULT, name));
+    for (auto [op, name] : ops) t[op] = find_vml(name);
     return t;
   }();
   return table;

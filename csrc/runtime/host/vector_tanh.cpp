@@ -1,7 +1,6 @@
 // float32 tanh (vector_tanh.h).
 #include "runtime/host/vector_tanh.h"
 
-#include <dlfcn.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -9,6 +8,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+
+#include "runtime/host/mkl_vml.h"
 
 namespace torch_tpu::runtime::host {
 namespace {
@@ -85,14 +86,11 @@ void cephes_tanh_portable(float* d, const float* a, int64_t n) { TANH_LOOP(d, a,
 #undef TANH8
 #undef SPLAT
 
-using VmlUnary = void (*)(int n, const float* a, float* r, long long mode);
-constexpr long long kVmlMode = 0x2 | 0x140000 | 0x100;  // VML_HA | VML_FTZDAZ_OFF | VML_ERRMODE_IGNORE, as ATen
-
 // MKL's tanh where it runs its optimized code (Intel CPUs) and libtorch_cpu exports it.
 VmlUnary mkl_tanh() {
   static const VmlUnary f = [] {
 #if defined(__x86_64__)
-    if (__builtin_cpu_is("intel")) return reinterpret_cast<VmlUnary>(dlsym(RTLD_DEFAULT, "vmsTanh"));
+    if (__builtin_cpu_is("intel")) return find_vml("vmsTanh");
 #endif
     return VmlUnary{nullptr};
   }();
