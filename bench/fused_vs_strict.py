@@ -7,15 +7,16 @@ Workloads (fused-eager issue):
   resnet_cl  the same with the model and images channels-last (also vs native CPU eager)
   preprocess an elementwise-heavy preprocessing function over a batch of images
 For each: seconds per step in both modes (warm caches, rounds alternate the modes and the median
-ratio is reported because these 2 shared cores drift), peak device memory of one step per mode,
-and for gpt and resnet_cl the ratio to native CPU eager. Cold time-to-first-step (fresh process,
+ratio is reported because these 2 shared cores drift; each round times at least --steps steps
+and --window seconds, since over a few milliseconds one slow step of a noisy neighbour moves the
+mean by half), peak device memory of one step per mode, and for gpt and resnet_cl the ratio to native CPU eager. Cold time-to-first-step (fresh process,
 empty program caches) is reported per mode with --cold.
 
 Each step ends in a host read of the loss (`.item()`); --read-every N reads it every N steps
 instead (loops that log now and then), which lets the host record ahead of the device.
 
-Run: .venv/bin/python bench/fused_vs_strict.py [--rounds 3] [--steps 5] [--only gpt,resnet] [--cold]
-     [--read-every N]
+Run: .venv/bin/python bench/fused_vs_strict.py [--rounds 5] [--steps 5] [--window 0.3]
+     [--only gpt,resnet] [--cold] [--read-every N]
 Targets: fused/strict speed >= 1.5x on gpt+resnet (geomean) and >= 3x on preprocess; fused peak
 memory <= strict; fused gpt step at least as fast as native CPU.
 """
@@ -105,18 +106,23 @@ WORKLOADS = {"gpt": gpt_step, "gpt2width": gpt2width_step, "resnet": resnet_step
 NATIVE = ("gpt", "resnet_cl")
 
 
-def seconds_per_step(step: Callable[[], torch.Tensor], steps: int, read_every: int = 1) -> float:
-    """Mean seconds per step; the loss is read on the host every `read_every` steps and after
-    the last one, as training loops log it."""
+def seconds_per_step(step: Callable[[], torch.Tensor], steps: int, read_every: int = 1,
+                     window: float = 0.0) -> float:
+    """Mean seconds per step over at least `steps` steps and `window` seconds; the loss is read on
+    the host every `read_every` steps and after the last one, as training loops log it."""
     t0 = time.perf_counter()
-    for i in range(steps):
+    i = 0
+    while True:
         loss = step()
-        if (i + 1) % read_every == 0 or i + 1 == steps:
+        i += 1
+        if i % read_every == 0:
             loss.item()
-    return (time.perf_counter() - t0) / steps
+            if i >= steps and time.perf_counter() - t0 >= window:
+                break
+    return (time.perf_counter() - t0) / i
 
 
-def measure(name: str, steps: int, rounds: int, read_every: int = 1) -> dict[str, float]:
+def measure(name: str, steps: int, rounds: int, read_every: int = 1, window: float = 0.0) -> dict[str, float]:
     make = WORKLOADS[name]
     runners: dict[str, Callable[[], torch.Tensor]] = {}
     peaks: dict[str, int] = {}
@@ -141,10 +147,10 @@ def measure(name: str, steps: int, rounds: int, read_every: int = 1) -> dict[str
         order = ["strict", "fused"] if r % 2 == 0 else ["fused", "strict"]
         for mode in order:
             with torch_tpu.mode(mode):
-                times[mode].append(seconds_per_step(runners[mode], steps, read_every))
+                times[mode].append(seconds_per_step(runners[mode], steps, read_every, window))
         if native is not None:
             native().item()
-            times["cpu"].append(seconds_per_step(native, steps, read_every))
+            times["cpu"].append(seconds_per_step(native, steps, read_every, window))
     speedups = [s / f for s, f in zip(times["strict"], times["fused"])]
     out = {
         "strict_ms": 1e3 * statistics.median(times["strict"]),
@@ -179,8 +185,9 @@ def cold_start(name: str, mode: str, env: dict[str, str]) -> tuple[float, float]
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5, help="at least this many steps per timed window")
+    ap.add_argument("--window", type=float, default=0.3, help="at least this many seconds per timed window")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default=",".join(WORKLOADS))
     ap.add_argument("--cold", action="store_true", help="also measure time-to-first-step in fresh processes")
     ap.add_argument("--read-every", type=int, default=1,
@@ -189,7 +196,7 @@ def main() -> None:
     names = args.only.split(",")
     results = {}
     for name in names:
-        r = measure(name, args.steps, args.rounds, max(1, args.read_every))
+        r = measure(name, args.steps, args.rounds, max(1, args.read_every), args.window)
         results[name] = r
         line = (f"{name:10s} strict {r['strict_ms']:8.2f} ms  fused {r['fused_ms']:8.2f} ms  "
                 f"fused/strict speed {r['speedup']:.2f}x  peak MiB strict {r['strict_peak_mib']:.1f} "
