@@ -9,8 +9,9 @@ Workloads (fused-eager issue):
 For each: seconds per step in both modes (warm caches, rounds alternate the modes and the median
 ratio is reported because these 2 shared cores drift; each round times at least --steps steps
 and --window seconds, since over a few milliseconds one slow step of a noisy neighbour moves the
-mean by half), peak device memory of one step per mode, and for gpt and resnet_cl the ratio to native CPU eager. Cold time-to-first-step (fresh process,
-empty program caches) is reported per mode with --cold.
+mean by half), peak device memory of one step per mode, and for gpt and resnet_cl the ratio to
+native CPU eager. Cold time-to-first-step (fresh process, empty program caches) is reported per
+mode with --cold.
 
 Each step ends in a host read of the loss (`.item()`); --read-every N reads it every N steps
 instead (loops that log now and then), which lets the host record ahead of the device.
