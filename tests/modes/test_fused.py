@@ -431,6 +431,26 @@ def test_scalar_operands_are_computed_once_and_exact(shape: tuple[int, ...]):
         torch.testing.assert_close(x.to("tpu").pow(e).cpu(), x.pow(e))
 
 
+@pytest.mark.parametrize("hw", [(64, 64), (32, 32), (8, 16)])
+def test_per_channel_operands_match_cpu_bit_for_bit(hw: tuple[int, int]):
+    """Per-channel values broadcast over NCHW images: over 64x64 planes each tile of a cluster
+    holds one channel's value (filled only when it changes: the channels below repeat values,
+    the last differs only in sign, -0.0 against 0.0); over smaller planes a tile spans several
+    channels. Every result matches CPU bit for bit (the ops are exactly rounded)."""
+    torch.manual_seed(0)
+    x = torch.rand(5, 6, *hw) * 255
+    mean = torch.tensor([2.0, 2.0, 3.5, 3.5, 0.0, -0.0]).view(1, 6, 1, 1)
+    scale = torch.tensor([0.5, 0.5, 0.5, -1.0, 1.0, 1.0]).view(1, 6, 1, 1)
+
+    def f(t: torch.Tensor, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        y = (t / 255.0 - m) * s
+        return torch.where(y > 0.25, y * y, 1.0 / (y - m - 4.0))
+
+    got = f(x.to("tpu"), mean.to("tpu"), scale.to("tpu")).cpu()
+    assert fused()["stores_skipped"] >= 8  # one cluster: only the result is written
+    assert torch.equal(got, f(x, mean, scale))
+
+
 def test_autograd_with_retain_graph():
     x = torch.randn(5, 4)
     w = torch.randn(4, 3)

@@ -1186,8 +1186,10 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
   // loaded per tile. On the stack for clusters of up to 16 inputs: no allocation per run.
   // Also loaded once: an input broadcast along its leading dims whose remaining extent divides
   // the tile (a row cluster's weight over its rows; a bias of 64 in tiles of 1024), since every
-  // tile starts at a multiple of it and so holds the same values.
-  enum InputMode : uint8_t { kLoadPerTile, kUniform, kInPlace, kSameEveryTile };
+  // tile starts at a multiple of it and so holds the same values. One value per tile: an input
+  // broadcast along its innermost dims over a multiple of the tile (a per-channel mean over
+  // 64x64 images in tiles of 1024) holds one value in each tile, filled only when it changes.
+  enum InputMode : uint8_t { kLoadPerTile, kUniform, kInPlace, kSameEveryTile, kOneValuePerTile };
   c10::SmallVector<uint8_t, 16> mode(inputs_.size(), kLoadPerTile);
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const Access& a = in_acc[i];
@@ -1197,6 +1199,8 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
       mode[i] = kInPlace;
     } else if (!inputs_[i].compact && a.sizes.size() >= 2 && a.strides[0] == 0 && tile_ % (numel_ / a.sizes[0]) == 0) {
       mode[i] = kSameEveryTile;
+    } else if (!inputs_[i].compact && a.strides.back() == 0 && a.sizes.back() % tile_ == 0) {
+      mode[i] = kOneValuePerTile;
     }
   }
 
@@ -1261,11 +1265,25 @@ void Cluster::run(std::vector<at::Tensor>& values, const std::vector<at::Tensor*
       float* d = slot(in.dst);
       std::fill(d + group, d + tile8, d[0]);
     }
+    // kOneValuePerTile: the value each input's slot was filled with in this call (its bits;
+    // slots of inputs are written by nothing else), and for how many lanes.
+    c10::SmallVector<std::pair<uint32_t, int64_t>, 16> filled(inputs_.size(), {0, 0});
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t start = t * tile, n = std::min(tile, numel_ - start), n8 = (n + 7) / 8 * 8;
       for (size_t i = 0; i < inputs_.size(); ++i) {
         if (mode[i] == kUniform || mode[i] == kSameEveryTile) continue;
         const int16_t s = inputs_[i].slot;
+        if (mode[i] == kOneValuePerTile) {
+          float v;
+          load(in_acc[i], start, 1, &v);
+          const uint32_t bits = std::bit_cast<uint32_t>(v);
+          slot_ptr[s] = buf + s * stride;
+          if (filled[i].second < n || filled[i].first != bits) {
+            std::fill_n(slot_ptr[s], n, v);
+            filled[i] = {bits, n};
+          }
+          continue;
+        }
         // In place only while the 8-lane rounding reads inside the operand (not the last tile).
         if (mode[i] == kInPlace && start + n8 <= numel_) {
           slot_ptr[s] = reinterpret_cast<float*>(in_acc[i].base) + start;
