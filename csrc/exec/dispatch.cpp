@@ -376,6 +376,16 @@ at::MemoryFormat result_format(const OpInfo& info, const CallState& st, c10::Arr
   return at::MemoryFormat::Contiguous;
 }
 
+// An out= tensor of another shape is resized as ATen's out= kernels do: to the layout the
+// functional op would give its result (a channels-last input gives a channels-last result, so
+// `torch.abs(x)`, whose composite calls abs.out on an empty tensor, keeps x's layout). Resizing
+// flushes fused work first, or waits for queued work, when the memory may move.
+void resize_out(at::Tensor& t, const std::vector<int64_t>& shape, const OpInfo& info, const CallState& st,
+                c10::ArrayRef<c10::IValue> args, size_t k) {
+  if (t.sizes().equals(shape)) return;
+  t.resize_(shape, result_format(info, st, args, k, shape));
+}
+
 void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info, CallState& st, size_t nargs,
              torch::jit::Stack* stack) {
   runtime::RngState rng = reserve_rng(*prog, st.generator, st.device.index());
@@ -387,11 +397,10 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
     news.push_back(new_device_tensor(spec, st.device.index(), result_format(info, st, args, k, spec.shape)));
   }
   if (mode() == Mode::Fused) {
-    for (const auto& o : prog->outputs) {
+    for (size_t k = 0; k < prog->outputs.size(); ++k) {
+      const auto& o = prog->outputs[k];
       if (o.target < 0) continue;
-      at::Tensor& t = st.tensors[static_cast<size_t>(o.target)];
-      const auto& shape = prog->graph.node(o.node).shape;
-      if (!t.sizes().equals(shape)) t.resize_(shape);  // flushes first when memory may move
+      resize_out(st.tensors[static_cast<size_t>(o.target)], prog->graph.node(o.node).shape, info, st, args, k);
     }
     fused_record(prog, info, st, news, rng);
     torch::jit::drop(*stack, nargs);
@@ -400,11 +409,11 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
   }
   std::vector<runtime::OutputTarget> outputs;
   outputs.reserve(prog->outputs.size());
-  for (const auto& o : prog->outputs) {
+  for (size_t k = 0; k < prog->outputs.size(); ++k) {
+    const auto& o = prog->outputs[k];
     if (o.target >= 0) {
       at::Tensor& t = st.tensors[static_cast<size_t>(o.target)];
-      const auto& shape = prog->graph.node(o.node).shape;
-      if (!t.sizes().equals(shape)) t.resize_(shape);  // waits for queued work when memory may move
+      resize_out(t, prog->graph.node(o.node).shape, info, st, args, k);
       outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(t)});
     } else {
       outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(news[static_cast<size_t>(o.new_index)])});

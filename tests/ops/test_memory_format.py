@@ -254,3 +254,24 @@ def test_results_with_size_one_dims_written_through_a_view_of_a_channels_last_de
         torch.testing.assert_close(got.cpu(), want)
         assert torch.equal(got_idx.cpu(), want_idx)
         torch.testing.assert_close(xt.grad.cpu(), x.grad)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_out_tensors_resized_by_an_op_take_the_functional_layout(mode: str):
+    """An out= tensor of another shape is resized to the layout the functional op gives (CPU's
+    rule; `torch.abs` itself is a composite calling abs.out on an empty tensor), while an out=
+    tensor of the right shape keeps its strides."""
+    x = torch.randn(2, 6, 4, 4).contiguous(memory_format=CL)
+    with torch_tpu.mode(mode):
+        t = x.to("tpu")
+        absolute = torch.abs(t)
+        assert absolute.stride() == torch.abs(x).stride() == x.stride()
+        resized = torch.empty(0, device="tpu")
+        torch.exp(t, out=resized)
+        assert resized.stride() == x.stride()
+        kept = torch.empty(2, 6, 4, 4, device="tpu")
+        torch.exp(t, out=kept)
+        assert kept.stride() == (96, 16, 4, 1)
+        torch.testing.assert_close(absolute.cpu(), torch.abs(x))
+        torch.testing.assert_close(resized.cpu(), torch.exp(x))
+        torch.testing.assert_close(kept.cpu(), torch.exp(x))
