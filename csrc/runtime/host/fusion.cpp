@@ -805,6 +805,25 @@ float total_sum(const float* x, int64_t n) {
   return total_sum(sums.data(), blocks);
 }
 
+void cluster_unary_f32(OpKind kind, float* d, const float* x, int64_t n) {
+  const Op op = unary_op(kind);
+  TPU_CHECK(op != kNoOp, "host fusion: no cluster function for ", ir::op_name(kind));
+  const Cluster::Instr in{op, 0, /*dst=*/1, /*a=*/0, -1, -1};
+  const bool use_sleef = sleef().unary[kExp] != nullptr;
+  // exec_instr computes whole groups of 8: the tail goes through a padded copy.
+  const int64_t n8 = n / 8 * 8;
+  if (n8 > 0) {
+    float* slots[2] = {const_cast<float*>(x), d};  // slot 0 is only read
+    exec_instr(in, [&](int16_t s) { return s < 0 ? nullptr : slots[s]; }, n8, n8, use_sleef);
+  }
+  if (n8 == n) return;
+  alignas(64) float tail_x[16] = {}, tail_d[16];
+  std::copy(x + n8, x + n, tail_x);
+  float* slots[2] = {tail_x, tail_d};
+  exec_instr(in, [&](int16_t s) { return s < 0 ? nullptr : slots[s]; }, 8, 8, use_sleef);
+  std::copy(tail_d, tail_d + (n - n8), d + n8);
+}
+
 bool is_total_sum(const ir::Graph& g, int32_t id) {
   const ir::Node& n = g.node(id);
   if (n.kind != OpKind::kReduce || n.operands.size() != 1 || n.dtype != DType::kF32) return false;

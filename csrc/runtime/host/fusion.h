@@ -130,6 +130,15 @@ float total_sum(const float* x, int64_t n);
 // Whether node `id` is an f32 sum over every dim of an f32 value longer than kMaxRow.
 bool is_total_sum(const ir::Graph& g, int32_t id);
 
+// The clusters' float32 function of unary op `kind` over x[0, n) into d (d may be x). The
+// unfused kernel (kernels_elementwise.cpp) runs float32 transcendentals and sqrt through it, so
+// a value's bits do not depend on whether its op joined a cluster, or where in a tensor it lies:
+// sqrt is correctly rounded here where ATen calls MKL's vsSqrt (not on every CPU); asinh and
+// acosh are SLEEF's here, std:: in ATen; tanh is vector_tanh.h's; and ATen's SLEEF kernels
+// (sigmoid, expm1, sinh, ...) compute an array's last elements with std:: functions, where a
+// cluster's lanes all call SLEEF. All within an ulp of ATen's.
+void cluster_unary_f32(ir::OpKind kind, float* d, const float* x, int64_t n);
+
 class Cluster {
  public:
   explicit Cluster(std::vector<int64_t> shape) : shape_(std::move(shape)) {}

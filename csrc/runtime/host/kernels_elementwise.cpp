@@ -1,7 +1,8 @@
 // Elementwise IR ops (unary, binary, compare, select, convert) and leaves (constant, iota).
-// Each maps to the ATen op builder.py's reference uses, so results match it bit for bit (except
-// float32 tanh: the fused clusters' function, vector_tanh.h, which is ATen's own MKL tanh only
-// on Intel CPUs); the `_out` variants write straight into an output destination.
+// Each maps to the ATen op builder.py's reference uses, so results match it bit for bit, except
+// float32 transcendentals and sqrt, which run the fused clusters' functions so that a value's
+// bits do not depend on whether it was fused (fusion.h, cluster_unary_f32): within an ulp of
+// ATen's. The `_out` variants write straight into an output destination.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <c10/util/TypeCast.h>
@@ -10,9 +11,9 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "runtime/host/fusion.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
-#include "runtime/host/vector_tanh.h"
 
 namespace torch_tpu::runtime::host {
 namespace {
@@ -32,21 +33,34 @@ using ir::OpKind;
     return out ? at::FN##_out(*out, v[x], v[y]) : at::FN(v[x], v[y]); \
   }
 
-// tanh of a float32 tensor with vector_tanh.h's function, into `out` when given. Over ATen's
-// intra-op threads with ATen's grain, as at::tanh would run (serial on a stream worker, where
-// split_large cuts large ones); lanes are independent, so the cut does not change the bits.
-at::Tensor float_tanh(const at::Tensor& a, at::Tensor* out) {
-  const at::Tensor src = a.contiguous();
-  const bool direct = out != nullptr && out->is_contiguous() && out->scalar_type() == at::kFloat;
-  at::Tensor dst = direct ? *out : at::empty(src.sizes(), src.options());
+// A float32 unary op with the fused clusters' function (cluster_unary_f32), into `out` when
+// given. Over ATen's intra-op threads with ATen's grain, as the ATen kernel would run (serial on
+// a stream worker, where split_large cuts large ones); lanes are independent, so the cut does
+// not change the bits. The result keeps a dense operand's layout (channels-last stays
+// channels-last), as ATen's kernels do: a later reduction's order, and so its bits, follow the
+// layout it reads.
+at::Tensor float_cluster_unary(OpKind kind, const at::Tensor& a, at::Tensor* out) {
+  const at::Tensor src = a.is_non_overlapping_and_dense() ? a : a.contiguous();
+  const bool direct = out != nullptr && out->scalar_type() == at::kFloat && out->strides() == src.strides() &&
+                      out->is_non_overlapping_and_dense();
+  at::Tensor dst = direct ? *out : at::empty_like(src);
   float* d = dst.mutable_data_ptr<float>();
   const float* x = src.const_data_ptr<float>();
   at::parallel_for(0, src.numel(), at::internal::GRAIN_SIZE,
-                   [&](int64_t begin, int64_t end) { tanh_f32(d + begin, x + begin, end - begin); });
+                   [&](int64_t begin, int64_t end) { cluster_unary_f32(kind, d + begin, x + begin, end - begin); });
   if (out == nullptr) return dst;
   if (!direct) out->copy_(dst);
   return *out;
 }
+
+// For the ops whose ATen kernel may give other float32 bits than the clusters' function
+// (fusion.h, cluster_unary_f32): that function for float32, so strict and fused mode agree.
+#define UNARY_AS_CLUSTERS(FN, KIND)                                              \
+  [x](const Values& v, at::Tensor* out) {                                        \
+    const at::Tensor& a = v[x];                                                  \
+    if (a.scalar_type() == at::kFloat) return float_cluster_unary(KIND, a, out); \
+    return out ? at::FN##_out(*out, a) : at::FN(a);                              \
+  }
 
 Kernel unary_kernel(OpKind kind, int32_t x, bool is_bool) {
   switch (kind) {
@@ -65,55 +79,52 @@ Kernel unary_kernel(OpKind kind, int32_t x, bool is_bool) {
     case OpKind::kTrunc:
       return UNARY_OUT(trunc);
     case OpKind::kExp:
-      return UNARY_OUT(exp);
+      return UNARY_AS_CLUSTERS(exp, OpKind::kExp);
     case OpKind::kExpm1:
-      return UNARY_OUT(expm1);
+      return UNARY_AS_CLUSTERS(expm1, OpKind::kExpm1);
     case OpKind::kLog:
-      return UNARY_OUT(log);
+      return UNARY_AS_CLUSTERS(log, OpKind::kLog);
     case OpKind::kLog1p:
-      return UNARY_OUT(log1p);
+      return UNARY_AS_CLUSTERS(log1p, OpKind::kLog1p);
     case OpKind::kSqrt:
-      return UNARY_OUT(sqrt);
+      return UNARY_AS_CLUSTERS(sqrt, OpKind::kSqrt);
     case OpKind::kRsqrt:
-      return UNARY_OUT(rsqrt);
+      return UNARY_AS_CLUSTERS(rsqrt, OpKind::kRsqrt);
     // The reference's recipe (ATen has no cbrt); keeps the sign of -0 and NaN like it does.
     case OpKind::kCbrt:
       return UNARY_EXPR(at::sign(a) * at::abs(a).pow(1.0 / 3.0));
     case OpKind::kSin:
-      return UNARY_OUT(sin);
+      return UNARY_AS_CLUSTERS(sin, OpKind::kSin);
     case OpKind::kCos:
-      return UNARY_OUT(cos);
+      return UNARY_AS_CLUSTERS(cos, OpKind::kCos);
     case OpKind::kTan:
-      return UNARY_OUT(tan);
-    case OpKind::kTanh:  // float32: the clusters' function (vector_tanh.h), so fused or not agree
-      return [x](const Values& v, at::Tensor* out) {
-        const at::Tensor& a = v[x];
-        return a.scalar_type() == at::kFloat ? float_tanh(a, out) : out ? at::tanh_out(*out, a) : at::tanh(a);
-      };
+      return UNARY_AS_CLUSTERS(tan, OpKind::kTan);
+    case OpKind::kTanh:
+      return UNARY_AS_CLUSTERS(tanh, OpKind::kTanh);
     case OpKind::kAsin:
-      return UNARY_OUT(asin);
+      return UNARY_AS_CLUSTERS(asin, OpKind::kAsin);
     case OpKind::kAcos:
-      return UNARY_OUT(acos);
+      return UNARY_AS_CLUSTERS(acos, OpKind::kAcos);
     case OpKind::kAtan:
-      return UNARY_OUT(atan);
+      return UNARY_AS_CLUSTERS(atan, OpKind::kAtan);
     case OpKind::kSinh:
-      return UNARY_OUT(sinh);
+      return UNARY_AS_CLUSTERS(sinh, OpKind::kSinh);
     case OpKind::kCosh:
-      return UNARY_OUT(cosh);
+      return UNARY_AS_CLUSTERS(cosh, OpKind::kCosh);
     case OpKind::kAsinh:
-      return UNARY_OUT(asinh);
+      return UNARY_AS_CLUSTERS(asinh, OpKind::kAsinh);
     case OpKind::kAcosh:
-      return UNARY_OUT(acosh);
+      return UNARY_AS_CLUSTERS(acosh, OpKind::kAcosh);
     case OpKind::kAtanh:
-      return UNARY_OUT(atanh);
+      return UNARY_AS_CLUSTERS(atanh, OpKind::kAtanh);
     case OpKind::kLogistic:
-      return UNARY_OUT(sigmoid);
+      return UNARY_AS_CLUSTERS(sigmoid, OpKind::kLogistic);
     case OpKind::kErf:
-      return UNARY_OUT(erf);
+      return UNARY_AS_CLUSTERS(erf, OpKind::kErf);
     case OpKind::kErfinv:
       return UNARY_OUT(erfinv);
     case OpKind::kLgamma:
-      return UNARY_OUT(lgamma);
+      return UNARY_AS_CLUSTERS(lgamma, OpKind::kLgamma);
     case OpKind::kDigamma:
       return UNARY_OUT(digamma);
     case OpKind::kNot:
