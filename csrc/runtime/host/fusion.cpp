@@ -805,23 +805,39 @@ float total_sum(const float* x, int64_t n) {
   return total_sum(sums.data(), blocks);
 }
 
-void cluster_unary_f32(OpKind kind, float* d, const float* x, int64_t n) {
-  const Op op = unary_op(kind);
-  TPU_CHECK(op != kNoOp, "host fusion: no cluster function for ", ir::op_name(kind));
-  const Cluster::Instr in{op, 0, /*dst=*/1, /*a=*/0, -1, -1};
+namespace {
+
+// One instruction over n elements: operands in slots 0 (and 1), the result in slot 2. exec_instr
+// computes whole groups of 8, so the tail goes through padded copies.
+void run_one_instr(Op op, float* d, const float* x, const float* y, int64_t n) {
+  const Cluster::Instr in{op, 0, /*dst=*/2, /*a=*/0, static_cast<int16_t>(y != nullptr ? 1 : -1), -1};
   const bool use_sleef = sleef().unary[kExp] != nullptr;
-  // exec_instr computes whole groups of 8: the tail goes through a padded copy.
   const int64_t n8 = n / 8 * 8;
   if (n8 > 0) {
-    float* slots[2] = {const_cast<float*>(x), d};  // slot 0 is only read
+    float* slots[3] = {const_cast<float*>(x), const_cast<float*>(y), d};  // operands are only read
     exec_instr(in, [&](int16_t s) { return s < 0 ? nullptr : slots[s]; }, n8, n8, use_sleef);
   }
   if (n8 == n) return;
-  alignas(64) float tail_x[16] = {}, tail_d[16];
+  alignas(64) float tail_x[16] = {}, tail_y[16] = {}, tail_d[16];
   std::copy(x + n8, x + n, tail_x);
-  float* slots[2] = {tail_x, tail_d};
+  if (y != nullptr) std::copy(y + n8, y + n, tail_y);
+  float* slots[3] = {tail_x, tail_y, tail_d};
   exec_instr(in, [&](int16_t s) { return s < 0 ? nullptr : slots[s]; }, 8, 8, use_sleef);
   std::copy(tail_d, tail_d + (n - n8), d + n8);
+}
+
+}  // namespace
+
+void cluster_unary_f32(OpKind kind, float* d, const float* x, int64_t n) {
+  const Op op = unary_op(kind);
+  TPU_CHECK(op != kNoOp, "host fusion: no cluster function for ", ir::op_name(kind));
+  run_one_instr(op, d, x, nullptr, n);
+}
+
+void cluster_binary_f32(OpKind kind, float* d, const float* x, const float* y, int64_t n) {
+  const Op op = binary_op(kind);
+  TPU_CHECK(op != kNoOp, "host fusion: no cluster function for ", ir::op_name(kind));
+  run_one_instr(op, d, x, y, n);
 }
 
 bool is_total_sum(const ir::Graph& g, int32_t id) {

@@ -138,6 +138,9 @@ bool is_total_sum(const ir::Graph& g, int32_t id);
 // (sigmoid, expm1, sinh, ...) compute an array's last elements with std:: functions, where a
 // cluster's lanes all call SLEEF. All within an ulp of ATen's.
 void cluster_unary_f32(ir::OpKind kind, float* d, const float* x, int64_t n);
+// The same for binary op `kind` (pow and atan2: SLEEF's in every lane, where ATen's kernels take
+// std:: for an array's last elements) over x[0, n) and y[0, n).
+void cluster_binary_f32(ir::OpKind kind, float* d, const float* x, const float* y, int64_t n);
 
 class Cluster {
  public:

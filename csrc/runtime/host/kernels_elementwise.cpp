@@ -53,6 +53,33 @@ at::Tensor float_cluster_unary(OpKind kind, const at::Tensor& a, at::Tensor* out
   return *out;
 }
 
+// pow and atan2 of float32 tensors with the clusters' function (cluster_binary_f32), as above:
+// operands of one dense layout are read in memory order, others made contiguous.
+at::Tensor float_cluster_binary(OpKind kind, const at::Tensor& a, const at::Tensor& b, at::Tensor* out) {
+  const bool same = a.is_non_overlapping_and_dense() && b.strides() == a.strides() && b.sizes() == a.sizes();
+  const at::Tensor x = same ? a : a.contiguous(), y = same ? b : b.expand(a.sizes()).contiguous();
+  const bool direct = out != nullptr && out->scalar_type() == at::kFloat && out->strides() == x.strides() &&
+                      out->is_non_overlapping_and_dense();
+  at::Tensor dst = direct ? *out : at::empty_like(x);
+  float* d = dst.mutable_data_ptr<float>();
+  const float* xp = x.const_data_ptr<float>();
+  const float* yp = y.const_data_ptr<float>();
+  at::parallel_for(0, x.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+    cluster_binary_f32(kind, d + begin, xp + begin, yp + begin, end - begin);
+  });
+  if (out == nullptr) return dst;
+  if (!direct) out->copy_(dst);
+  return *out;
+}
+
+#define BINARY_AS_CLUSTERS(FN, KIND)                                            \
+  [x, y](const Values& v, at::Tensor* out) {                                    \
+    if (v[x].scalar_type() == at::kFloat && v[y].scalar_type() == at::kFloat) { \
+      return float_cluster_binary(KIND, v[x], v[y], out);                       \
+    }                                                                           \
+    return out ? at::FN##_out(*out, v[x], v[y]) : at::FN(v[x], v[y]);           \
+  }
+
 // For the ops whose ATen kernel may give other float32 bits than the clusters' function
 // (fusion.h, cluster_unary_f32): that function for float32, so strict and fused mode agree.
 #define UNARY_AS_CLUSTERS(FN, KIND)                                              \
@@ -176,13 +203,13 @@ Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer) {
     case OpKind::kRem:
       return BINARY_OUT(fmod);
     case OpKind::kPow:
-      return BINARY_OUT(pow);
+      return BINARY_AS_CLUSTERS(pow, OpKind::kPow);
     case OpKind::kMax:
       return BINARY_OUT(maximum);  // NaN-propagating
     case OpKind::kMin:
       return BINARY_OUT(minimum);
     case OpKind::kAtan2:
-      return BINARY_OUT(atan2);
+      return BINARY_AS_CLUSTERS(atan2, OpKind::kAtan2);
     case OpKind::kAnd:
       return BINARY_OUT(bitwise_and);
     case OpKind::kOr:
