@@ -1,8 +1,8 @@
 // Elementwise IR ops (unary, binary, compare, select, convert) and leaves (constant, iota).
 // Each maps to the ATen op builder.py's reference uses, so results match it bit for bit, except
-// float32 transcendentals and sqrt, which run the fused clusters' functions so that a value's
-// bits do not depend on whether it was fused (fusion.h, cluster_unary_f32): within an ulp of
-// ATen's. The `_out` variants write straight into an output destination.
+// float32 transcendentals, sqrt, pow and atan2, which run the fused clusters' functions so that
+// a value's bits do not depend on whether it was fused (fusion.h, cluster_unary_f32): within an
+// ulp of ATen's. The `_out` variants write straight into an output destination.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <c10/util/TypeCast.h>
@@ -33,60 +33,50 @@ using ir::OpKind;
     return out ? at::FN##_out(*out, v[x], v[y]) : at::FN(v[x], v[y]); \
   }
 
-// A float32 unary op with the fused clusters' function (cluster_unary_f32), into `out` when
-// given. Over ATen's intra-op threads with ATen's grain, as the ATen kernel would run (serial on
-// a stream worker, where split_large cuts large ones); lanes are independent, so the cut does
-// not change the bits. The result keeps a dense operand's layout (channels-last stays
-// channels-last), as ATen's kernels do: a later reduction's order, and so its bits, follow the
-// layout it reads.
-at::Tensor float_cluster_unary(OpKind kind, const at::Tensor& a, at::Tensor* out) {
-  const at::Tensor src = a.is_non_overlapping_and_dense() ? a : a.contiguous();
-  const bool direct = out != nullptr && out->scalar_type() == at::kFloat && out->strides() == src.strides() &&
-                      out->is_non_overlapping_and_dense();
-  at::Tensor dst = direct ? *out : at::empty_like(src);
-  float* d = dst.mutable_data_ptr<float>();
-  const float* x = src.const_data_ptr<float>();
-  at::parallel_for(0, src.numel(), at::internal::GRAIN_SIZE,
-                   [&](int64_t begin, int64_t end) { cluster_unary_f32(kind, d + begin, x + begin, end - begin); });
-  if (out == nullptr) return dst;
-  if (!direct) out->copy_(dst);
-  return *out;
-}
-
-// pow and atan2 of float32 tensors with the clusters' function (cluster_binary_f32), as above:
-// operands of one dense layout are read in memory order, others made contiguous.
-at::Tensor float_cluster_binary(OpKind kind, const at::Tensor& a, const at::Tensor& b, at::Tensor* out) {
-  const bool same = a.is_non_overlapping_and_dense() && b.strides() == a.strides() && b.sizes() == a.sizes();
-  const at::Tensor x = same ? a : a.contiguous(), y = same ? b : b.expand(a.sizes()).contiguous();
+// A float32 unary (b null) or binary op with the fused clusters' function (fusion.h,
+// cluster_unary_f32 / cluster_binary_f32), into `out` when given. Over ATen's intra-op threads
+// with ATen's grain, as the ATen kernel would run (serial on a stream worker, where split_large
+// cuts large ones); lanes are independent, so the cut does not change the bits. Operands of one
+// dense layout are read in memory order and the result keeps it (channels-last stays
+// channels-last, as in ATen's kernels: a later reduction's order, and so its bits, follow the
+// layout it reads); other operands are made contiguous.
+at::Tensor float_cluster_op(OpKind kind, const at::Tensor& a, const at::Tensor* b, at::Tensor* out) {
+  const bool same =
+      a.is_non_overlapping_and_dense() && (b == nullptr || (b->sizes() == a.sizes() && b->strides() == a.strides()));
+  const at::Tensor x = same ? a : a.contiguous();
+  const at::Tensor y = b == nullptr ? at::Tensor() : same ? *b : b->expand(a.sizes()).contiguous();
   const bool direct = out != nullptr && out->scalar_type() == at::kFloat && out->strides() == x.strides() &&
                       out->is_non_overlapping_and_dense();
   at::Tensor dst = direct ? *out : at::empty_like(x);
   float* d = dst.mutable_data_ptr<float>();
   const float* xp = x.const_data_ptr<float>();
-  const float* yp = y.const_data_ptr<float>();
+  const float* yp = b == nullptr ? nullptr : y.const_data_ptr<float>();
   at::parallel_for(0, x.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
-    cluster_binary_f32(kind, d + begin, xp + begin, yp + begin, end - begin);
+    if (yp == nullptr) {
+      cluster_unary_f32(kind, d + begin, xp + begin, end - begin);
+    } else {
+      cluster_binary_f32(kind, d + begin, xp + begin, yp + begin, end - begin);
+    }
   });
   if (out == nullptr) return dst;
   if (!direct) out->copy_(dst);
   return *out;
 }
 
+// For the ops whose ATen kernel may give other float32 bits than the clusters' function:
+// that function for float32, so strict and fused mode agree.
+#define UNARY_AS_CLUSTERS(FN, KIND)                                                    \
+  [x](const Values& v, at::Tensor* out) {                                              \
+    const at::Tensor& a = v[x];                                                        \
+    if (a.scalar_type() == at::kFloat) return float_cluster_op(KIND, a, nullptr, out); \
+    return out ? at::FN##_out(*out, a) : at::FN(a);                                    \
+  }
 #define BINARY_AS_CLUSTERS(FN, KIND)                                            \
   [x, y](const Values& v, at::Tensor* out) {                                    \
     if (v[x].scalar_type() == at::kFloat && v[y].scalar_type() == at::kFloat) { \
-      return float_cluster_binary(KIND, v[x], v[y], out);                       \
+      return float_cluster_op(KIND, v[x], &v[y], out);                          \
     }                                                                           \
     return out ? at::FN##_out(*out, v[x], v[y]) : at::FN(v[x], v[y]);           \
-  }
-
-// For the ops whose ATen kernel may give other float32 bits than the clusters' function
-// (fusion.h, cluster_unary_f32): that function for float32, so strict and fused mode agree.
-#define UNARY_AS_CLUSTERS(FN, KIND)                                              \
-  [x](const Values& v, at::Tensor* out) {                                        \
-    const at::Tensor& a = v[x];                                                  \
-    if (a.scalar_type() == at::kFloat) return float_cluster_unary(KIND, a, out); \
-    return out ? at::FN##_out(*out, a) : at::FN(a);                              \
   }
 
 Kernel unary_kernel(OpKind kind, int32_t x, bool is_bool) {
