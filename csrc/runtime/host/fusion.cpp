@@ -808,14 +808,19 @@ float total_sum(const float* x, int64_t n) {
 namespace {
 
 // One instruction over n elements: operands in slots 0 (and 1), the result in slot 2. exec_instr
-// computes whole groups of 8, so the tail goes through padded copies.
+// computes whole groups of 8, so the tail goes through padded copies; the rest goes in chunks,
+// since MKL's functions take an int length (a chunk is a multiple of 8 and lanes are
+// independent, so chunking does not change the bits).
 void run_one_instr(Op op, float* d, const float* x, const float* y, int64_t n) {
+  constexpr int64_t kChunk = int64_t{1} << 14;
   const Cluster::Instr in{op, 0, /*dst=*/2, /*a=*/0, static_cast<int16_t>(y != nullptr ? 1 : -1), -1};
   const bool use_sleef = sleef().unary[kExp] != nullptr;
   const int64_t n8 = n / 8 * 8;
-  if (n8 > 0) {
-    float* slots[3] = {const_cast<float*>(x), const_cast<float*>(y), d};  // operands are only read
-    exec_instr(in, [&](int16_t s) { return s < 0 ? nullptr : slots[s]; }, n8, n8, use_sleef);
+  for (int64_t i = 0; i < n8; i += kChunk) {
+    const int64_t m = std::min(kChunk, n8 - i);
+    float* slots[3] = {const_cast<float*>(x) + i, y == nullptr ? nullptr : const_cast<float*>(y) + i,
+                       d + i};  // operands are only read
+    exec_instr(in, [&](int16_t s) { return s < 0 ? nullptr : slots[s]; }, m, m, use_sleef);
   }
   if (n8 == n) return;
   alignas(64) float tail_x[16] = {}, tail_y[16] = {}, tail_d[16];

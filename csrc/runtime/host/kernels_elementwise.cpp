@@ -44,7 +44,7 @@ at::Tensor float_cluster_op(OpKind kind, const at::Tensor& a, const at::Tensor* 
   const bool same =
       a.is_non_overlapping_and_dense() && (b == nullptr || (b->sizes() == a.sizes() && b->strides() == a.strides()));
   const at::Tensor x = same ? a : a.contiguous();
-  const at::Tensor y = b == nullptr ? at::Tensor() : same ? *b : b->expand(a.sizes()).contiguous();
+  const at::Tensor y = b == nullptr ? at::Tensor() : same ? *b : b->contiguous();  // IR operands: one shape
   const bool direct = out != nullptr && out->scalar_type() == at::kFloat && out->strides() == x.strides() &&
                       out->is_non_overlapping_and_dense();
   at::Tensor dst = direct ? *out : at::empty_like(x);
