@@ -167,6 +167,9 @@ template <int64_t G>
     case kNotBool: EW1(x == 0.f ? 1.f : 0.f)
     case kIsFinite: EW1(std::fabs(x) <= std::numeric_limits<float>::max() ? 1.f : 0.f)
     case kToBool: EW1(x != 0.f ? 1.f : 0.f)  // NaN -> true, like ATen
+    case kCube: EW1(x * x * x)
+    case kReciprocal: EW1(1.f / x)
+    case kReciprocalSquare: EW1(1.f / (x * x))
     case kAdd: EW2(x + y)
     case kSub: EW2(x - y)
     case kMul: EW2(x * y)
@@ -745,16 +748,32 @@ TPU_AVX2_CLONES void vml_exp(VmlUnary f, int64_t n, const float* a, float* d) {
 }
 
 // pow with a tile-invariant exponent (a Python scalar, usually), computed as ATen's CPU pow
-// kernel does (PowKernel.cpp): x^2 is x * x, x^0.5 sqrt and x^-0.5 1/sqrt, correctly rounded;
-// the general pow (SLEEF, 1 ulp) is several times slower and may differ in the last bit.
+// kernel does (Pow.cpp, PowKernel.cpp): x^1 is x, x^2 x * x, x^3 x * x * x, x^-1 1/x, x^-2
+// 1/(x * x), x^0.5 sqrt and x^-0.5 1/sqrt, all correctly rounded steps; the general pow (SLEEF,
+// 1 ulp) is several times slower and differs from those in the last bit (x^3: a quarter of
+// random inputs).
 uint8_t pow_as(float exponent, int16_t& b, int16_t a) {
   if (exponent == 2.f) {
     b = a;
     return kMul;
   }
+  if (exponent == 1.f) return kCopy;  // autograd's pow backward asks for x^1 (RMSNorm's x^2)
+  if (exponent == 3.f) return kCube;
+  if (exponent == -1.f) return kReciprocal;
+  if (exponent == -2.f) return kReciprocalSquare;
   if (exponent == 0.5f) return kSqrt;
   if (exponent == -0.5f) return kRsqrt;
   return kPow;
+}
+
+// bfloat16's x^3 and x^-2 as ATen computes them: Vectorized<BFloat16> rounds every product, so
+// x * x is rounded to bfloat16 before the second step (whose result the caller rounds).
+void pow_bf16_products(uint8_t op, float* __restrict d, const float* __restrict a, int64_t n, int64_t ma) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i & ma];
+    const float square = bf16_value(bf16_bits(x * x));
+    d[i] = op == kCube ? square * x : 1.f / square;
+  }
 }
 
 // One elementwise instruction over n elements (n8: n rounded up to 8, the lanes computed).
@@ -767,7 +786,9 @@ void exec_instr(const Cluster::Instr& instr, SlotFn slot, int64_t n, int64_t n8,
   }
   float* d = slot(in.dst);
   const int64_t ma = in.fixed & 1 ? 0 : -1, mb = in.fixed & 2 ? 0 : -1, mc = in.fixed & 4 ? 0 : -1;
-  if (in.op == kTanh) {
+  if (in.round == 1 && (in.op == kCube || in.op == kReciprocalSquare)) {
+    pow_bf16_products(in.op, d, slot(in.a), n8, ma);
+  } else if (in.op == kTanh) {
     tanh_f32(d, slot(in.a), n8);
   } else if (VmlUnary f = vml()[in.op]) {  // n8 <= a tile buffer, or an in-place operand's length
     if (in.op == kExp) {

@@ -41,6 +41,9 @@ enum Op : uint8_t {
   kNotBool,
   kIsFinite,
   kToBool,
+  kCube,              // x * x * x: pow(x, 3) (pow_as, fusion.cpp)
+  kReciprocal,        // 1 / x: pow(x, -1)
+  kReciprocalSquare,  // 1 / (x * x): pow(x, -2)
   kAdd,
   kSub,
   kMul,
