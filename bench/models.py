@@ -1,20 +1,23 @@
 """Steps/s of Hugging Face models (forward, and a training step) on "tpu" strict and fused vs
 native CPU eager, all in one process, printed as ratios.
 
-Run: PYTHONPATH=. .venv/bin/python bench/models.py [--steps N] [--models gpt2,llama,bert,t5,vit]
+Run: PYTHONPATH=. .venv/bin/python bench/models.py [--steps N] [--rounds N] [--models gpt2,llama,bert,t5,vit]
 
 Models: GPT-2, Llama, BERT, T5 and ViT at "tiny but not trivial" sizes (width 128, 4 layers,
 4 heads, vocabulary 1000, batch 4 x 64 tokens; ViT on 64x64 images, patch 8), random init.
 A training step is forward + loss.backward + AdamW step. Each configuration warms up first
-(compiles every program), then is timed; the devices run interleaved per model, so a load
-spike on the shared machine hits all of them alike.
+(until a step compiles nothing new); then rounds time --steps steps on each device in turn, so
+a load spike on the shared machine hits all of them alike, and each ratio is the median of the
+per-round ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -59,8 +62,15 @@ def build(name: str) -> tuple[torch.nn.Module, dict]:
     raise ValueError(name)
 
 
-def steps_per_second(model: torch.nn.Module, inputs: dict, device: str, train: bool, steps: int,
-                     warmup: int = 2) -> float:
+def compiles() -> int:
+    """Programs and fused graphs compiled so far in this process."""
+    m = torch_tpu.metrics()
+    return m["programs_compiled"] + m["fused"]["graphs_compiled"]
+
+
+def make_step(model: torch.nn.Module, inputs: dict, device: str, mode: str, train: bool,
+              warmup: int = 2, max_warmup: int = 20) -> Callable[[], torch.Tensor]:
+    """A warmed-up step of a copy of `model` on `device` (in `mode` there)."""
     model = copy.deepcopy(model).to(device)
     inputs = {k: v.to(device) for k, v in inputs.items()}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4) if train else None
@@ -76,34 +86,56 @@ def steps_per_second(model: torch.nn.Module, inputs: dict, device: str, train: b
         opt.step()
         return loss
 
-    for _ in range(warmup):
-        step().sum().item()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        out = step()
-    out.sum().item()  # wait for the device
-    return steps / (time.perf_counter() - t0)
+    # Warm up until a step compiles nothing (fused mode's graphs settle after a step or two;
+    # timing them earlier measures compilation, not steps).
+    with torch_tpu.mode(mode):
+        for i in range(max_warmup):
+            before = compiles()
+            step().sum().item()
+            if i + 1 >= warmup and compiles() == before:
+                break
+    return step
+
+
+def steps_per_second(step: Callable[[], torch.Tensor], mode: str, steps: int) -> float:
+    with torch_tpu.mode(mode):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            out = step()
+        out.sum().item()  # wait for the device
+        return steps / (time.perf_counter() - t0)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5, help="steps per timed round")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds; each times every device once")
     ap.add_argument("--models", default="gpt2,llama,bert,t5,vit")
     args = ap.parse_args()
     import transformers
     transformers.logging.set_verbosity_error()
     print(f"{'model':6} {'what':8} {'cpu':>8} {'strict':>8} {'fused':>8} {'strict/cpu':>11} {'fused/cpu':>10}"
-          "   (steps/s)")
+          f" {'fused/strict':>13}   (steps/s, medians)")
+    runs = (("cpu", "cpu", "strict"), ("strict", "tpu", "strict"), ("fused", "tpu", "fused"))
     for name in args.models.split(","):
         model, inputs = build(name)
         for train in (False, True):
-            sps = {"cpu": steps_per_second(model, inputs, "cpu", train, args.steps)}
-            for mode in ("strict", "fused"):
-                with torch_tpu.mode(mode):
-                    sps[mode] = steps_per_second(model, inputs, "tpu", train, args.steps)
+            steps = {label: make_step(model, inputs, device, mode, train) for label, device, mode in runs}
+            # Devices alternate within each round, so a load spike on the shared machine hits
+            # them alike; each ratio is the median of the per-round ratios.
+            sps: dict[str, list[float]] = {label: [] for label, _, _ in runs}
+            for _ in range(args.rounds):
+                for label, _, mode in runs:
+                    sps[label].append(steps_per_second(steps[label], mode, args.steps))
+            med = {k: statistics.median(v) for k, v in sps.items()}
+
+            def ratio(a: str, b: str) -> float:
+                return statistics.median(x / y for x, y in zip(sps[a], sps[b]))
+
             what = "train" if train else "forward"
-            print(f"{name:6} {what:8} {sps['cpu']:8.2f} {sps['strict']:8.2f} {sps['fused']:8.2f} "
-                  f"{sps['strict'] / sps['cpu']:10.2f}x {sps['fused'] / sps['cpu']:9.2f}x", flush=True)
+            print(f"{name:6} {what:8} {med['cpu']:8.2f} {med['strict']:8.2f} {med['fused']:8.2f} "
+                  f"{ratio('strict', 'cpu'):10.2f}x {ratio('fused', 'cpu'):9.2f}x "
+                  f"{ratio('fused', 'strict'):12.2f}x", flush=True)
 
 
 if __name__ == "__main__":
