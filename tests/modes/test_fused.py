@@ -431,13 +431,13 @@ def test_scalar_operands_are_computed_once_and_exact(shape: tuple[int, ...]):
         torch.testing.assert_close(x.to("tpu").pow(e).cpu(), x.pow(e))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_pow_with_a_scalar_exponent_matches_cpu_bit_for_bit(dtype: torch.dtype):
     """ATen's pow with a Python-number exponent special-cases 2, 3, -1 and -2 as products and a
     reciprocal (PowKernel.cpp), which differ in the last bit from a general pow for a quarter of
-    inputs; bfloat16 rounds each product (x^3 is (x*x)*x with x*x rounded first). Both modes and
-    a chain (the RMSNorm shape: pow, mean, rsqrt) give CPU's bits. 0.5 is left out: float32 sqrt
-    is correctly rounded here, MKL's (ATen's) is not always (test above)."""
+    inputs; bfloat16 rounds each product (x^3 is (x*x)*x with x*x rounded first). Both modes, in
+    clusters (float32, half types) and ATen kernels (float64), and a chain give CPU's bits. 0.5 is
+    left out: float32 sqrt is correctly rounded here, MKL's (ATen's) is not always (test above)."""
     torch.manual_seed(0)
     x = (torch.randn(4099) * 3).to(dtype)  # 4099: a partial tile and a scalar tail
     exponents = (2.0, 3.0, -1.0, -2.0, 1.0, 0.0, 4.0, 1.5, -0.5)

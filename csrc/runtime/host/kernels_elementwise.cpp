@@ -175,6 +175,11 @@ at::Tensor shr_logical(const at::Tensor& a_in, const at::Tensor& b_in) {
   return out;
 }
 
+// Every element of `t` is its first (a broadcast scalar: all strides 0).
+bool is_uniform(const at::Tensor& t) {
+  return std::all_of(t.strides().begin(), t.strides().end(), [](int64_t s) { return s == 0; }) || t.numel() == 1;
+}
+
 Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer) {
   switch (kind) {
     case OpKind::kAdd:
@@ -193,7 +198,20 @@ Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer) {
     case OpKind::kRem:
       return BINARY_OUT(fmod);
     case OpKind::kPow:
-      return BINARY_AS_CLUSTERS(pow, OpKind::kPow);
+      return [x, y](const Values& v, at::Tensor* out) {
+        const at::Tensor &a = v[x], &e = v[y];
+        if (a.scalar_type() == at::kFloat && e.scalar_type() == at::kFloat) {
+          return float_cluster_op(OpKind::kPow, a, &e, out);
+        }
+        // A uniform exponent (a Python number the lowering broadcast) takes ATen's
+        // scalar-exponent kernel, whose recipes (x^2 = x*x, x^-1 = 1/x, ...) are CPU's bits for
+        // pow(x, 3.0) in float64; float32's clusters follow the same recipes (fusion.cpp, pow_as).
+        if (a.is_floating_point() && e.numel() > 0 && is_uniform(e)) {
+          const at::Scalar s = e.as_strided({}, {}).item();
+          return out ? at::pow_out(*out, a, s) : at::pow(a, s);
+        }
+        return out ? at::pow_out(*out, a, e) : at::pow(a, e);
+      };
     case OpKind::kMax:
       return BINARY_OUT(maximum);  // NaN-propagating
     case OpKind::kMin:
