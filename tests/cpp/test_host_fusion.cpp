@@ -221,14 +221,40 @@ TEST(HostFusion, TileInvariantOperandsInEveryPosition) {
   int32_t f = p.add(OpKind::kAtan2, DType::kF32, {n}, {bs, e});       // SLEEF, fixed first operand
   int32_t g = p.add(OpKind::kPow, DType::kF32, {n}, {bs, f});         // SLEEF pow, fixed base
   at::Tensor xv = at::randn({n}), sv = at::scalar_tensor(0.3f);
-  auto got = check(p, {e, g}, {tensor_binding(xv), tensor_binding(sv)}, 1, /*exact=*/false);
+  auto got = check(p, {e, g}, {tensor_binding(xv), tensor_binding(sv)}, 1);
   at::Tensor aa = (0.3f - xv) / 2.f;
   at::Tensor mm = aa > 0.3f;
   at::Tensor dd = at::where(mm, at::where(mm, at::full_like(aa, 2.f), aa), at::full_like(aa, 0.3f));
   EXPECT_TRUE(at::equal(got[0], dd * dd));
-  // atan2 and pow are SLEEF's 1-ulp functions here and ATen's kernels there.
+  // atan2 and pow are SLEEF's 1-ulp functions fused and unfused (cluster_binary_f32); ATen's
+  // kernels compute an array's last elements with std:: ones.
   EXPECT_TRUE(at::allclose(got[1], at::pow(at::full_like(aa, 0.3f), at::atan2(at::full_like(aa, 0.3f), dd * dd)),
                            1.3e-6, 1e-6));
+}
+
+TEST(HostFusion, PowWithAUniformExponentTakesAtensRecipesFusedOrNot) {
+  // pow(x, e) with a broadcast scalar e: x^2 as x*x, x^3 as x*x*x, x^-1 as 1/x, x^-2 as
+  // 1/(x*x), x^1 as x, as ATen's scalar-exponent kernel computes them (its bits, where the
+  // general pow differs in the last bit for up to a quarter of inputs), both in the cluster
+  // (pow and a convert: a lone pow would run as a kernel) and in the unfused kernel, which
+  // reads the broadcast exponent as one value. 1.5 takes the general pow in both.
+  const int64_t n = 4099;  // a partial tile and an 8-lane tail
+  Program p;
+  int32_t x = p.param(0, DType::kF32, {n});
+  int32_t e = p.param(1, DType::kF32, {});
+  int32_t be = p.add(OpKind::kBroadcastInDim, DType::kF32, {n}, {e}, {});
+  int32_t y = p.add(OpKind::kPow, DType::kF32, {n}, {x, be});
+  int32_t z = p.add(OpKind::kConvert, DType::kF32, {n}, {y});
+  const at::Tensor xv = at::randn({n}) * 3;
+  for (float exponent : {2.f, 3.f, -1.f, -2.f, 1.f, 1.5f}) {
+    SCOPED_TRACE(exponent);
+    // Negative bases give NaN for x^1.5 (at::equal counts NaN as unequal): |x| there.
+    const at::Tensor base = exponent == 1.5f ? xv.abs() : xv;
+    auto got = check(p, {z}, {tensor_binding(base), tensor_binding(at::scalar_tensor(exponent))}, 1);
+    if (exponent != 1.5f) {
+      EXPECT_TRUE(at::equal(got[0], at::pow(base, exponent)));
+    }
+  }
 }
 
 TEST(HostFusion, BroadcastOperandsAreStrideZeroReads) {

@@ -831,22 +831,30 @@ namespace {
 // One instruction over n elements: operands in slots 0 (and 1), the result in slot 2. exec_instr
 // computes whole groups of 8, so the tail goes through padded copies; the rest goes in chunks,
 // since MKL's functions take an int length (a chunk is a multiple of 8 and lanes are
-// independent, so chunking does not change the bits).
-void run_one_instr(Op op, float* d, const float* x, const float* y, int64_t n) {
+// independent, so chunking does not change the bits). A uniform y is read as a cluster reads a
+// tile-invariant operand (its first lanes, `fixed`), and a pow over it takes pow_as's recipes.
+void run_one_instr(Op op, float* d, const float* x, const float* y, int64_t n, bool y_uniform) {
   constexpr int64_t kChunk = int64_t{1} << 14;
-  const Cluster::Instr in{op, 0, /*dst=*/2, /*a=*/0, static_cast<int16_t>(y != nullptr ? 1 : -1), -1};
+  Cluster::Instr in{op, 0, /*dst=*/2, /*a=*/0, static_cast<int16_t>(y != nullptr ? 1 : -1), -1};
+  alignas(64) float y_lanes[16];  // a uniform y in every lane of a group, as a tile-invariant buffer
+  if (y_uniform) {
+    std::fill_n(y_lanes, 16, y[0]);
+    y = y_lanes;
+    in.fixed = 2;
+    in.pow_scalar = op == kPow;
+  }
   const bool use_sleef = sleef().unary[kExp] != nullptr;
   const int64_t n8 = n / 8 * 8;
   for (int64_t i = 0; i < n8; i += kChunk) {
     const int64_t m = std::min(kChunk, n8 - i);
-    float* slots[3] = {const_cast<float*>(x) + i, y == nullptr ? nullptr : const_cast<float*>(y) + i,
+    float* slots[3] = {const_cast<float*>(x) + i, y == nullptr ? nullptr : const_cast<float*>(y) + (y_uniform ? 0 : i),
                        d + i};  // operands are only read
     exec_instr(in, [&](int16_t s) { return s < 0 ? nullptr : slots[s]; }, m, m, use_sleef);
   }
   if (n8 == n) return;
   alignas(64) float tail_x[16] = {}, tail_y[16] = {}, tail_d[16];
   std::copy(x + n8, x + n, tail_x);
-  if (y != nullptr) std::copy(y + n8, y + n, tail_y);
+  if (y != nullptr) std::copy(y + (y_uniform ? 0 : n8), y + (y_uniform ? 16 : n), tail_y);
   float* slots[3] = {tail_x, tail_y, tail_d};
   exec_instr(in, [&](int16_t s) { return s < 0 ? nullptr : slots[s]; }, 8, 8, use_sleef);
   std::copy(tail_d, tail_d + (n - n8), d + n8);
@@ -857,13 +865,13 @@ void run_one_instr(Op op, float* d, const float* x, const float* y, int64_t n) {
 void cluster_unary_f32(OpKind kind, float* d, const float* x, int64_t n) {
   const Op op = unary_op(kind);
   TPU_CHECK(op != kNoOp, "host fusion: no cluster function for ", ir::op_name(kind));
-  run_one_instr(op, d, x, nullptr, n);
+  run_one_instr(op, d, x, nullptr, n, false);
 }
 
-void cluster_binary_f32(OpKind kind, float* d, const float* x, const float* y, int64_t n) {
+void cluster_binary_f32(OpKind kind, float* d, const float* x, const float* y, int64_t n, bool y_uniform) {
   const Op op = binary_op(kind);
   TPU_CHECK(op != kNoOp, "host fusion: no cluster function for ", ir::op_name(kind));
-  run_one_instr(op, d, x, y, n);
+  run_one_instr(op, d, x, y, n, y_uniform);
 }
 
 bool is_total_sum(const ir::Graph& g, int32_t id) {

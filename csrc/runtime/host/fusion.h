@@ -139,8 +139,10 @@ bool is_total_sum(const ir::Graph& g, int32_t id);
 // cluster's lanes all call SLEEF. All within an ulp of ATen's.
 void cluster_unary_f32(ir::OpKind kind, float* d, const float* x, int64_t n);
 // The same for binary op `kind` (pow and atan2: SLEEF's in every lane, where ATen's kernels take
-// std:: for an array's last elements) over x[0, n) and y[0, n).
-void cluster_binary_f32(ir::OpKind kind, float* d, const float* x, const float* y, int64_t n);
+// std:: for an array's last elements) over x[0, n) and y[0, n), or, when `y_uniform`, over x and
+// the single value y[0] (a broadcast scalar, not materialized): pow then takes the recipes a
+// cluster takes for a tile-invariant exponent (x^2 as x*x, ...; fusion.cpp, pow_as).
+void cluster_binary_f32(ir::OpKind kind, float* d, const float* x, const float* y, int64_t n, bool y_uniform = false);
 
 class Cluster {
  public:
@@ -263,7 +265,7 @@ class Cluster {
     // results): the same for every tile, so it runs once before the tiles, into a slot no
     // other value reuses. A Python scalar's convert and broadcast cost a pass each otherwise.
     bool invariant = false;
-    bool pow_scalar = false;  // pow whose exponent is tile-invariant: x^2, x^0.5, x^-0.5 special-cased
+    bool pow_scalar = false;  // pow whose exponent is tile-invariant: ATen's recipes (fusion.cpp, pow_as)
     // Bit k: operand k (a, b, c) of a per-tile instruction is tile-invariant, so it reads the
     // buffer's first lanes for every group (one value in all lanes) instead of streaming it.
     uint8_t fixed = 0;

@@ -33,18 +33,25 @@ using ir::OpKind;
     return out ? at::FN##_out(*out, v[x], v[y]) : at::FN(v[x], v[y]); \
   }
 
+// Every element of `t` is its first (a broadcast scalar: all strides 0).
+bool is_uniform(const at::Tensor& t) {
+  return std::all_of(t.strides().begin(), t.strides().end(), [](int64_t s) { return s == 0; }) || t.numel() == 1;
+}
+
 // A float32 unary (b null) or binary op with the fused clusters' function (fusion.h,
 // cluster_unary_f32 / cluster_binary_f32), into `out` when given. Over ATen's intra-op threads
 // with ATen's grain, as the ATen kernel would run (serial on a stream worker, where split_large
 // cuts large ones); lanes are independent, so the cut does not change the bits. Operands of one
 // dense layout are read in memory order and the result keeps it (channels-last stays
 // channels-last, as in ATen's kernels: a later reduction's order, and so its bits, follow the
-// layout it reads); other operands are made contiguous.
+// layout it reads); other operands are made contiguous, except a uniform b (a broadcast
+// scalar), which is read as its one value rather than materialized.
 at::Tensor float_cluster_op(OpKind kind, const at::Tensor& a, const at::Tensor* b, at::Tensor* out) {
-  const bool same =
-      a.is_non_overlapping_and_dense() && (b == nullptr || (b->sizes() == a.sizes() && b->strides() == a.strides()));
+  const bool uniform = b != nullptr && b->numel() > 0 && is_uniform(*b);
+  const bool same = a.is_non_overlapping_and_dense() &&
+                    (b == nullptr || uniform || (b->sizes() == a.sizes() && b->strides() == a.strides()));
   const at::Tensor x = same ? a : a.contiguous();
-  const at::Tensor y = b == nullptr ? at::Tensor() : same ? *b : b->contiguous();  // IR operands: one shape
+  const at::Tensor y = b == nullptr ? at::Tensor() : same || uniform ? *b : b->contiguous();  // IR operands: one shape
   const bool direct = out != nullptr && out->scalar_type() == at::kFloat && out->strides() == x.strides() &&
                       out->is_non_overlapping_and_dense();
   at::Tensor dst = direct ? *out : at::empty_like(x);
@@ -55,7 +62,7 @@ at::Tensor float_cluster_op(OpKind kind, const at::Tensor& a, const at::Tensor* 
     if (yp == nullptr) {
       cluster_unary_f32(kind, d + begin, xp + begin, end - begin);
     } else {
-      cluster_binary_f32(kind, d + begin, xp + begin, yp + begin, end - begin);
+      cluster_binary_f32(kind, d + begin, xp + begin, uniform ? yp : yp + begin, end - begin, uniform);
     }
   });
   if (out == nullptr) return dst;
@@ -175,11 +182,6 @@ at::Tensor shr_logical(const at::Tensor& a_in, const at::Tensor& b_in) {
   return out;
 }
 
-// Every element of `t` is its first (a broadcast scalar: all strides 0).
-bool is_uniform(const at::Tensor& t) {
-  return std::all_of(t.strides().begin(), t.strides().end(), [](int64_t s) { return s == 0; }) || t.numel() == 1;
-}
-
 Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer) {
   switch (kind) {
     case OpKind::kAdd:
@@ -205,7 +207,7 @@ Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer) {
         }
         // A uniform exponent (a Python number the lowering broadcast) takes ATen's
         // scalar-exponent kernel, whose recipes (x^2 = x*x, x^-1 = 1/x, ...) are CPU's bits for
-        // pow(x, 3.0) in float64; float32's clusters follow the same recipes (fusion.cpp, pow_as).
+        // pow(x, 3.0) in float64; float32 takes the same recipes above (fusion.cpp, pow_as).
         if (a.is_floating_point() && e.numel() > 0 && is_uniform(e)) {
           const at::Scalar s = e.as_strided({}, {}).item();
           return out ? at::pow_out(*out, a, s) : at::pow(a, s);
