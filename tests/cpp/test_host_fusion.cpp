@@ -48,8 +48,9 @@ std::vector<at::Tensor> run(const HostExecutable& exe, const Program& p, const s
 }
 
 // Whether libtorch_cpu exports MKL's vector math: then a cluster's exp, log, sin, ... are the
-// very functions ATen's kernels call (fusion.h), and fused results equal unfused ones. (tanh is
-// the runtime's own in both: vector_tanh.h.)
+// very functions ATen's kernels call (fusion.h), so results have ATen's bits. (tanh is the
+// runtime's own: vector_tanh.h.) Fused and unfused programs agree either way: the unfused
+// float32 kernels run the clusters' functions (cluster_unary_f32).
 bool has_mkl_vml() { return dlsym(RTLD_DEFAULT, "vmsTanh") != nullptr; }
 
 // tanh with the host runtime's float32 function (vector_tanh.h), which clusters and the unfused
@@ -125,6 +126,9 @@ TEST(HostFusion, TranscendentalChainF32WithinTolerance) {
   int32_t w = p.add(OpKind::kAtan2, DType::kF32, {n}, {q, x});
   int32_t fin = p.add(OpKind::kIsFinite, DType::kBool, {n}, {w});
   at::Tensor xv = at::randn({n}), yv = at::rand({n}) * 2;
+  // Within tolerance: the unfused cbrt is the reference's recipe over ATen's pow (std:: pow for
+  // an array's last elements), the cluster's SLEEF's pow in every lane; every other op runs the
+  // clusters' function in both.
   check(p, {w, fin}, {tensor_binding(xv), tensor_binding(yv)}, 1, /*exact=*/false);
 }
 
@@ -161,9 +165,10 @@ TEST(HostFusion, Bf16AndF16RoundAfterEveryNode) {
 
 TEST(HostFusion, TranscendentalsGiveAtensBitsThroughMkl) {
   // Where libtorch_cpu carries MKL, ATen's float exp, log, sin, ... kernels are MKL's vector
-  // math functions; a cluster calls the same ones per tile, so fused results equal the kernels'
-  // bits, over whole and partial tiles and a strided input alike. (float32 tanh: vector_tanh.h's
-  // function in both.)
+  // math functions; a cluster calls the same ones per tile, so fused results equal ATen's bits,
+  // over whole and partial tiles and a strided input alike. (float32 tanh: vector_tanh.h's
+  // function, not ATen's.) The unfused program runs the clusters' functions too (fusion.h,
+  // cluster_unary_f32), so ATen's kernels are called here for the expected values.
   if (!has_mkl_vml()) GTEST_SKIP() << "this libtorch_cpu exports no MKL VML (no MKL build)";
   const int64_t n = 3001;
   for (OpKind k : {OpKind::kTanh, OpKind::kExp, OpKind::kLog, OpKind::kSin, OpKind::kCos, OpKind::kTan, OpKind::kAsin,
@@ -177,7 +182,18 @@ TEST(HostFusion, TranscendentalsGiveAtensBitsThroughMkl) {
     if (k == OpKind::kLog) xv = xv.abs();
     if (k == OpKind::kAsin || k == OpKind::kAcos) xv = xv.clamp(-1.3, 1.3);  // in the domain (NaN != NaN)
     auto got = check(p, {c}, {tensor_binding(xv)}, 1, /*exact=*/true);
-    EXPECT_EQ(got[0].numel(), n) << ir::op_name(k);
+    const at::Tensor scaled = xv * 0.75f;
+    const at::Tensor want = k == OpKind::kTanh   ? vector_tanh(scaled)
+                            : k == OpKind::kExp  ? at::exp(scaled)
+                            : k == OpKind::kLog  ? at::log(scaled)
+                            : k == OpKind::kSin  ? at::sin(scaled)
+                            : k == OpKind::kCos  ? at::cos(scaled)
+                            : k == OpKind::kTan  ? at::tan(scaled)
+                            : k == OpKind::kAsin ? at::asin(scaled)
+                            : k == OpKind::kAcos ? at::acos(scaled)
+                            : k == OpKind::kAtan ? at::atan(scaled)
+                                                 : at::erf(scaled);
+    EXPECT_TRUE(at::equal(got[0], want + xv)) << ir::op_name(k);
   }
 }
 
@@ -199,6 +215,7 @@ TEST(HostFusion, ExpOfUnderflowingInputsKeepsAtensBits) {
   int32_t d = p.add(OpKind::kAdd, DType::kF32, {n}, {b, c});
   auto got = check(p, {b, d}, {tensor_binding(xv)}, 1, /*exact=*/true);
   EXPECT_TRUE(at::equal(got[0], at::exp(xv - 0.5f)));
+  EXPECT_TRUE(at::equal(got[1], at::exp(xv - 0.5f) + at::exp(xv)));
 }
 
 TEST(HostFusion, TileInvariantOperandsInEveryPosition) {
@@ -334,9 +351,8 @@ TEST(HostFusion, RowReductionJoinsItsPrologueAndEpilogue) {
   int32_t c = p.add(OpKind::kDiv, DType::kF32, {64, 33}, {b, bs});
   int32_t d = p.add(OpKind::kExp, DType::kF32, {64, 33}, {c});
   at::Tensor xv = at::randn({64, 33});
-  // One pass: [mul, add, max, broadcast, div, exp] (exp exact with MKL, else within float32
-  // tolerance: SLEEF's).
-  check(p, {d}, {tensor_binding(xv)}, 1, /*exact=*/has_mkl_vml());
+  // One pass: [mul, add, max, broadcast, div, exp]; the unfused exp runs the cluster's function.
+  check(p, {d}, {tensor_binding(xv)}, 1, /*exact=*/true);
   HostExecutable exe = compile(p, {d}, true);
   EXPECT_EQ(exe.stats().steps, 1) << exe.describe();
   EXPECT_EQ(exe.stats().fused_nodes, 6) << exe.describe();
@@ -358,7 +374,7 @@ TEST(HostFusion, SoftmaxRowsInOneCluster) {
   at::Tensor xv = at::randn(full) * 4;
   // The first max reads the parameter (not a member): it starts the row cluster, and the rest
   // joins it [max, broadcast, sub, exp, sum, broadcast, div].
-  auto got = check(p, {y, m}, {tensor_binding(xv)}, 1, /*exact=*/has_mkl_vml());
+  auto got = check(p, {y, m}, {tensor_binding(xv)}, 1, /*exact=*/true);
   // Against ATen's softmax kernel: its own exp and summation order.
   EXPECT_TRUE(at::allclose(got[0], at::softmax(xv, -1), 1e-5, 1e-6));
 }
@@ -410,7 +426,7 @@ TEST(HostFusion, LayerNormWithReducedStoresAndStridedOutput) {
   int32_t y = p.add(OpKind::kMul, DType::kF32, full, {xc, brstd});
   at::Tensor xv = at::randn(full) + 2, ev = at::full(lead, 1e-5);
   // One row cluster: both sums, the statistics and the normalization (constants aside).
-  check(p, {y, mean, rstd}, {tensor_binding(xv), tensor_binding(ev)}, 1, /*exact=*/false);
+  check(p, {y, mean, rstd}, {tensor_binding(xv), tensor_binding(ev)}, 1, /*exact=*/true);
 
   HostExecutable exe = compile(p, {y, mean, rstd}, true);
   EXPECT_EQ(exe.stats().fused_nodes, 14) << exe.describe();
@@ -800,7 +816,7 @@ TEST(HostFusion, OutputOrderAndClosingRules) {
   int32_t c = p.add(OpKind::kAdd, DType::kF32, {50}, {b, x});
   int32_t d = p.add(OpKind::kSub, DType::kF32, {50}, {c, a});
   at::Tensor xv = at::randn({50}), wv = at::randn({7});
-  check(p, {b, u, s, d}, {tensor_binding(xv), tensor_binding(wv)}, 2, /*exact=*/has_mkl_vml());  // [a, b], [c, d]
+  check(p, {b, u, s, d}, {tensor_binding(xv), tensor_binding(wv)}, 2, /*exact=*/true);  // [a, b], [c, d]
   // Fusion off via the environment.
   setenv("TORCH_TPU_HOST_FUSION", "0", 1);
   EXPECT_FALSE(HostOptions::from_env().fuse);
@@ -937,7 +953,7 @@ TEST(HostFusion, LargeStridedInputsAcrossThreads) {
   int32_t l = p.add(OpKind::kLogistic, DType::kF32, {700, 900}, {a});
   int32_t o = p.add(OpKind::kConvert, DType::kBF16, {700, 900}, {l});
   at::Tensor xv = at::randn({900, 700}).to(at::kBFloat16).t(), cv = at::randn({700});
-  check(p, {o, l}, {tensor_binding(xv), tensor_binding(cv)}, 1, /*exact=*/false);
+  check(p, {o, l}, {tensor_binding(xv), tensor_binding(cv)}, 1, /*exact=*/true);
 }
 
 // Quick timings on 1M floats, fused vs per-node kernels (printed; the numbers depend on the
