@@ -75,15 +75,6 @@ def compiles() -> int:
     return m["programs_compiled"] + m["fused"]["graphs_compiled"]
 
 
-def wait_for_native_kernels(timeout: float = 300.0) -> None:
-    """Waits until every native kernel asked for is loaded (or failed to build)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        n = torch_tpu.metrics()["native_kernels"]
-        if n["requested"] <= n["loaded"] + n["failed"]:
-            return
-        time.sleep(0.1)
-
 
 def make_step(model: torch.nn.Module, inputs: dict, device: str, mode: str, train: bool,
               warmup: int = 2, max_warmup: int = 20) -> Callable[[], torch.Tensor]:
@@ -111,7 +102,7 @@ def make_step(model: torch.nn.Module, inputs: dict, device: str, mode: str, trai
             step().sum().item()
             if i + 1 >= warmup and compiles() == before:
                 break
-        wait_for_native_kernels()
+        torch_tpu.wait_native_kernels()
         step().sum().item()  # runs with the native kernels
     return step
 
