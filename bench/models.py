@@ -75,7 +75,6 @@ def compiles() -> int:
     return m["programs_compiled"] + m["fused"]["graphs_compiled"]
 
 
-
 def make_step(model: torch.nn.Module, inputs: dict, device: str, mode: str, train: bool,
               warmup: int = 2, max_warmup: int = 20) -> Callable[[], torch.Tensor]:
     """A warmed-up step of a copy of `model` on `device` (in `mode` there)."""
