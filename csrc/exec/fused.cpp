@@ -36,8 +36,9 @@ struct Source {
 // One input binding of the composed program: a memory load or a runtime scalar.
 struct Slot {
   runtime::Binding binding;
-  // Loads: keeps the memory alive until the flush ran. The storage, not the tensor: dropping a
-  // tensor that has a Python object takes the GIL on the stream worker.
+  // Loads: keeps the memory alive until the run's last read of it (handed to the run as the
+  // binding's owner). The storage, not the tensor: dropping a tensor that has a Python object
+  // takes the GIL on the stream worker.
   StorageStrong keep;
   c10::StorageImpl* storage = nullptr;  // loads only
   int32_t op = -1;
@@ -686,8 +687,6 @@ struct FusedWork final : device::Work {
   std::shared_ptr<FusedProgram> program;
   std::vector<runtime::Binding> inputs;
   std::vector<runtime::OutputTarget> outputs;
-  std::vector<StorageStrong> loads;
-  std::vector<StorageStrong> stored;
   // Per recorded op, for error messages only (names are built when something fails).
   std::vector<const OpInfo*> ops;
   std::vector<const std::string*> source_lines;
@@ -695,7 +694,7 @@ struct FusedWork final : device::Work {
 
   void run() override {
     try {
-      program->executable->run(inputs, outputs, runtime::RngState{});
+      program->executable->run_and_release(inputs, outputs, runtime::RngState{});
     } catch (c10::Error& e) {
       int32_t node = runtime::last_failed_node();
       std::string where;
@@ -780,15 +779,15 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
   for (size_t j = 0; j < p.slots.size(); ++j) {
     work->inputs.push_back(std::move(p.slots[j].binding));
     work->inputs.back().snapshot = fp->snapshot[j] != 0;
-    if (p.slots[j].keep) work->loads.push_back(std::move(p.slots[j].keep));
+    work->inputs.back().owner = std::move(p.slots[j].keep);
   }
-  for (size_t s = 0; s < p.stores.size(); ++s) {
+  for (size_t s = 0, k = 0; s < p.stores.size(); ++s) {
     if (!live[s]) continue;
     runtime::OutputTarget o{fp->store_node[s], std::move(p.stores[s].dest)};
     o.allow_direct = !p.stores[s].keep_aside;
+    o.dest.owner = std::move(stored[k++]);
     work->outputs.push_back(std::move(o));
   }
-  work->stored = std::move(stored);
   work->ops.reserve(nops);
   work->source_lines.reserve(nops);
   for (const auto& op : p.ops) {

@@ -11,6 +11,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
 #include <memory>
@@ -39,6 +40,10 @@ struct Binding {
   // overlapping it) overwrites that memory. Without it, reads may happen at any point of the
   // run (fused clusters read when they execute), so unflagged inputs must not be overwritten.
   bool snapshot = false;
+  // Tensor only, optional: a reference that keeps the memory alive while the run needs it (fused
+  // mode lends the storages of tensors Python may free while the graph is queued). Only
+  // Executable::run_and_release looks at it.
+  c10::intrusive_ptr<c10::intrusive_ptr_target> owner;
 };
 
 // The generator state bound to the reserved parameters (binding -1: seed, -2: offset).
@@ -100,6 +105,16 @@ class Executable {
   // partially written.
   virtual void run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
                    RngState rng) const = 0;
+  // run(), taking over the `owner` references of the inputs and output destinations (left
+  // null): a runtime that knows when its program is done with a memory drops the reference
+  // then, so memory whose tensors died while the run was queued goes back to the allocator
+  // during the run, as it does between strict mode's ops, not after its last step. The
+  // default runs, then drops them all.
+  virtual void run_and_release(std::vector<Binding>& inputs, std::vector<OutputTarget>& outputs, RngState rng) const {
+    run(inputs, outputs, rng);
+    for (Binding& b : inputs) b.owner.reset();
+    for (OutputTarget& o : outputs) o.dest.owner.reset();
+  }
 };
 
 // What the caller knows about which memory a program's parameters and outputs may share: a

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "graph_helpers.h"
 #include "host_helpers.h"
@@ -578,6 +580,56 @@ TEST(HostRuntime, DeadNodesAreNotExecuted) {
   at::Tensor a = at::tensor({-1.f, 2.f});
   at::Tensor bad = at::tensor({5, 5}, at::kLong);
   expect_equal(run(p, {y}, {tensor_binding(a), tensor_binding(bad)})[0], at::tensor({1.f, 2.f}));
+}
+
+// run_and_release (fused mode's graphs): each lent memory's owner is dropped when the program is
+// done with that memory, not when the run returns: a parameter's after the last step reading it
+// (all parameters reading one binding), a destination's once written. `run` leaves them alone.
+TEST(HostRuntime, LentMemoryIsReleasedAfterItsLastUse) {
+  // Drops record what the run had written by then.
+  struct Probe final : c10::intrusive_ptr_target {
+    std::function<void()> on_drop;
+    ~Probe() override { on_drop(); }
+  };
+  const int64_t n = 64;
+  Program p;
+  int32_t a = p.param(0, DType::kF32, {n, n});
+  int32_t b = p.param(1, DType::kF32, {n, n});
+  int32_t b2 = p.param(1, DType::kF32, {n, n});  // a second parameter over the same binding
+  int32_t da = p.add(OpKind::kDotGeneral, DType::kF32, {n, n}, {a, a}, {0, 1, 1, 0});
+  int32_t db = p.add(OpKind::kDotGeneral, DType::kF32, {n, n}, {b, b2}, {0, 1, 1, 0});
+  const at::Tensor av = at::randn({n, n}), bv = at::randn({n, n});
+  for (bool fuse : {false, true}) {
+    auto exe = torch_tpu::testing::compile_host(p, {da, db}, fuse);
+    at::Tensor out_a = at::full({n, n}, 7.f), out_b = at::full({n, n}, 7.f);
+    auto written = [](const at::Tensor& t) { return !at::equal(t, at::full_like(t, 7.f)); };
+    std::vector<std::string> drops;
+    auto probe = [&](const std::string& name) {
+      auto pr = c10::make_intrusive<Probe>();
+      pr->on_drop = [&, name] { drops.push_back(name + (written(out_a) ? " a" : "") + (written(out_b) ? " b" : "")); };
+      return c10::intrusive_ptr<c10::intrusive_ptr_target>(std::move(pr));
+    };
+    std::vector<Binding> in = {tensor_binding(av), tensor_binding(bv)};
+    std::vector<OutputTarget> out = {{da, tensor_binding(out_a)}, {db, tensor_binding(out_b)}};
+    in[0].owner = probe("in0");
+    in[1].owner = probe("in1");
+    out[0].dest.owner = probe("out0");
+    out[1].dest.owner = probe("out1");
+
+    exe.run(in, out, {});  // a plain run takes nothing
+    EXPECT_TRUE(drops.empty()) << "fuse " << fuse;
+    for (const Binding& bi : in) EXPECT_EQ(bi.owner.use_count(), 1);
+    out_a.fill_(7.f);
+    out_b.fill_(7.f);
+
+    exe.run_and_release(in, out, {});
+    EXPECT_TRUE(at::allclose(out_a, at::mm(av, av))) << "fuse " << fuse;
+    EXPECT_TRUE(at::allclose(out_b, at::mm(bv, bv))) << "fuse " << fuse;
+    for (const Binding& bi : in) EXPECT_FALSE(bi.owner);
+    for (const OutputTarget& o : out) EXPECT_FALSE(o.dest.owner);
+    // In step order: a's product, then b's.
+    EXPECT_EQ(drops, (std::vector<std::string>{"in0 a", "out0 a", "in1 a b", "out1 a b"})) << "fuse " << fuse;
+  }
 }
 
 }  // namespace

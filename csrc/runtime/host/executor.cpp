@@ -121,6 +121,24 @@ at::Tensor wrap_binding(const Binding& b) {
   return recycled_tensors().wrapper(b);
 }
 
+void drop_owner(void* ref) {
+  c10::intrusive_ptr<c10::intrusive_ptr_target>::reclaim(static_cast<c10::intrusive_ptr_target*>(ref));
+}
+
+// A CPU tensor over a Tensor binding's memory holding a reference to the binding's owner until it
+// and every view of it are gone (run_and_release): the memory's last reader in the run lets it
+// go. Not recycled: the pool would keep the reference.
+at::Tensor wrap_owned(const Binding& b) {
+  if (c10::multiply_integers(b.sizes) == 0) return wrap_binding(b);
+  TPU_CHECK(b.data != nullptr, "host runtime: tensor binding with null data");
+  c10::intrusive_ptr_target* ref = c10::intrusive_ptr<c10::intrusive_ptr_target>(b.owner).release();
+  return at::for_blob(b.data, b.sizes)
+      .strides(b.strides)
+      .context(ref, &drop_owner)
+      .options(at::TensorOptions().dtype(b.dtype))
+      .make_tensor();
+}
+
 // A scalar binding as a 0-d tensor of its dtype. Integer values come from an int64 Python
 // number or a 0-d tensor of the binding's dtype, so they are in range.
 at::Tensor scalar_value(const Binding& b) { return recycled_tensors().scalar(b); }
@@ -656,8 +674,8 @@ bool HostExecutable::inplace_ok(const OutputTarget& o, const Binding& in, int64_
   return true;
 }
 
-at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>& inputs,
-                                      RngState rng) const {
+at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>& inputs, RngState rng,
+                                      bool owned) const {
   if (p.binding < 0) {
     uint64_t v = p.binding == ir::kRngSeedBinding ? rng.seed : rng.offset;
     return at::scalar_tensor(static_cast<int64_t>(v), at::kLong);
@@ -669,7 +687,7 @@ at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>
   if (b.kind == Binding::Kind::Scalar) {
     t = scalar_value(b);
   } else {
-    t = wrap_binding(b);
+    t = owned && b.owner ? wrap_owned(b) : wrap_binding(b);
     // A later write of this program overwrites the memory: read it now.
     if (b.snapshot) t = t.clone();
   }
@@ -741,12 +759,16 @@ struct HostExecutable::RunState {
   std::vector<Dest> dests;
   std::vector<int32_t> first_dest;  // per node: its first destination, -1 if none
   std::vector<int32_t> next_dest;   // chains several destinations of one node
+  bool owned = false;               // the destinations hold their memory's owners (run_and_release)
 
   void write_outputs(int32_t node) {
     for (int32_t k = first_dest[node]; k >= 0; k = next_dest[k]) {
       Dest& d = dests[k];
+      if (!d.tensor.defined()) continue;  // released after an earlier write
       if (d.tensor.numel() > 0 && !same_memory(values[node], d.tensor)) copy_to_output(d.tensor, values[node]);
       if (d.lent) values[node] = d.tensor;
+      // Written: a lent memory's reference now stays only with the values that view it.
+      if (owned) d.tensor.reset();
     }
   }
 };
@@ -969,6 +991,17 @@ class HostExecutable::SharedRun final : public HelpOffer {
 
 void HostExecutable::run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
                          RngState rng) const {
+  run_impl(inputs, outputs, rng, nullptr, nullptr);
+}
+
+void HostExecutable::run_and_release(std::vector<Binding>& inputs, std::vector<OutputTarget>& outputs,
+                                     RngState rng) const {
+  run_impl(inputs, outputs, rng, &inputs, &outputs);
+}
+
+void HostExecutable::run_impl(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
+                              RngState rng, std::vector<Binding>* lent_inputs,
+                              std::vector<OutputTarget>* lent_outputs) const {
   InternalDispatchGuard guard;
   ScratchScope scratch;  // intermediates come from (and go back to) the scratch cache
   RunState st;
@@ -989,7 +1022,7 @@ void HostExecutable::run(const std::vector<Binding>& inputs, const std::vector<O
     TPU_CHECK(c10::IntArrayRef(o.dest.sizes).equals(output_shape_[o.node]),
               "host runtime: destination shape ", shape_str(o.dest.sizes), " != shape ",
               shape_str(output_shape_[o.node]), " of %", o.node);
-    dests[k].tensor = wrap_binding(o.dest);
+    dests[k].tensor = lent_outputs != nullptr && o.dest.owner ? wrap_owned(o.dest) : wrap_binding(o.dest);
     next_dest[k] = first_dest[o.node];
     first_dest[o.node] = static_cast<int32_t>(k);
   }
@@ -1072,9 +1105,18 @@ void HostExecutable::run(const std::vector<Binding>& inputs, const std::vector<O
   }
 
   set_last_failed_node(-1);
+  st.owned = lent_outputs != nullptr;
   for (const Param& p : params_) {
-    values[p.node] = bind_param(p, inputs, rng);
+    values[p.node] = bind_param(p, inputs, rng, lent_inputs != nullptr);
     st.write_outputs(p.node);
+  }
+  // The wrappers hold the lent memory now (one reference each, a binding read by several
+  // parameters has several): the caller's references go.
+  if (lent_inputs != nullptr) {
+    for (Binding& b : *lent_inputs) b.owner.reset();
+  }
+  if (lent_outputs != nullptr) {
+    for (OutputTarget& o : *lent_outputs) o.dest.owner.reset();
   }
   for (const auto& [node, value] : folded_) {
     values[node] = value;

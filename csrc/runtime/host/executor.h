@@ -92,6 +92,9 @@ class HostExecutable final : public Executable {
                  HostOptions options = HostOptions::from_env());
   void run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
            RngState rng) const override;
+  // Each lent memory is released when the last value viewing it is (a parameter's after its
+  // last reading step, a destination's once written and no longer read).
+  void run_and_release(std::vector<Binding>& inputs, std::vector<OutputTarget>& outputs, RngState rng) const override;
   std::string describe() const override;
   ExecutableStats stats() const override;
 
@@ -136,7 +139,12 @@ class HostExecutable final : public Executable {
   // Runs the steps that depend on no parameter once, moving their results into folded_;
   // step_of (per node: its step) is renumbered to the steps left.
   void fold_constants(const ir::Graph& graph, std::vector<int32_t>& step_of);
-  at::Tensor bind_param(const Param& p, const std::vector<Binding>& inputs, RngState rng) const;
+  // run() and run_and_release(): lent_* are the same vectors as inputs/outputs when their owners
+  // are taken over (null for run()).
+  void run_impl(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs, RngState rng,
+                std::vector<Binding>* lent_inputs, std::vector<OutputTarget>* lent_outputs) const;
+  // owned: a Tensor binding with an owner is wrapped holding a reference to it.
+  at::Tensor bind_param(const Param& p, const std::vector<Binding>& inputs, RngState rng, bool owned) const;
   // Runs one step and writes its outputs; records the node in last_failed_node if it throws.
   void run_step(RunState& st, const Step& s) const;
   // Whether output `o` may be written directly although it overlaps input binding `in`.
