@@ -7,9 +7,10 @@ Models: GPT-2, Llama, BERT, T5 and ViT at "tiny but not trivial" sizes (width 12
 4 heads, vocabulary 1000, batch 4 x 64 tokens; ViT on 64x64 images, patch 8), random init.
 A training step is forward + loss.backward + AdamW step. Each configuration warms up first
 (until a step compiles nothing new and the host runtime's native cluster kernels are built, as
-in a long run; see TORCH_TPU_NATIVE_KERNELS below); then rounds time --steps steps on each device in turn, so
-a load spike on the shared machine hits all of them alike, and each ratio is the median of the
-per-round ratios.
+in a long run; see TORCH_TPU_NATIVE_KERNELS below); then rounds time --steps steps on each
+device in turn, so a load spike on the shared machine hits all of them alike, and each ratio is
+the median of the per-round ratios. The peak columns are the device memory 3 back-to-back steps
+take above what was allocated before them (strict and fused).
 """
 
 from __future__ import annotations
@@ -115,6 +116,19 @@ def steps_per_second(step: Callable[[], torch.Tensor], mode: str, steps: int) ->
         return steps / (time.perf_counter() - t0)
 
 
+def peak_mib(step: Callable[[], torch.Tensor], mode: str, steps: int = 3) -> float:
+    """Peak device memory (MiB) of `steps` back-to-back steps above what was allocated before
+    them (the model, its gradients and optimizer state, the other devices' copies)."""
+    with torch_tpu.mode(mode):
+        torch.tpu.synchronize()
+        base = torch.tpu.memory_allocated()
+        torch.tpu.reset_peak_memory_stats()
+        for _ in range(steps):
+            out = step()
+        out.sum().item()
+        return (torch.tpu.max_memory_allocated() - base) / 2**20
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=5, help="steps per timed round")
@@ -124,7 +138,7 @@ def main() -> None:
     import transformers
     transformers.logging.set_verbosity_error()
     print(f"{'model':6} {'what':8} {'cpu':>8} {'strict':>8} {'fused':>8} {'strict/cpu':>11} {'fused/cpu':>10}"
-          f" {'fused/strict':>13}   (steps/s, medians)")
+          f" {'fused/strict':>13} {'peak MiB strict':>16} {'fused':>6}   (steps/s, medians)")
     runs = (("cpu", "cpu", "strict"), ("strict", "tpu", "strict"), ("fused", "tpu", "fused"))
     for name in args.models.split(","):
         model, inputs = build(name)
@@ -142,9 +156,10 @@ def main() -> None:
                 return statistics.median(x / y for x, y in zip(sps[a], sps[b]))
 
             what = "train" if train else "forward"
+            peaks = {label: peak_mib(steps[label], mode) for label, device, mode in runs if device == "tpu"}
             print(f"{name:6} {what:8} {med['cpu']:8.2f} {med['strict']:8.2f} {med['fused']:8.2f} "
                   f"{ratio('strict', 'cpu'):10.2f}x {ratio('fused', 'cpu'):9.2f}x "
-                  f"{ratio('fused', 'strict'):12.2f}x", flush=True)
+                  f"{ratio('fused', 'strict'):12.2f}x {peaks['strict']:16.1f} {peaks['fused']:6.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,11 @@ struct Node {
   bool operator==(const Node&) const = default;  // note: fattrs compare by value (NaN != NaN)
 };
 
+// A pow whose exponent was a Python number (kPowScalarExponent, ops.h).
+inline bool pow_has_scalar_exponent(const Node& n) {
+  return n.kind == OpKind::kPow && !n.iattrs.empty() && n.iattrs[0] == kPowScalarExponent;
+}
+
 // The structural hash of one node (what Graph::add folds into the graph hash).
 uint64_t hash_node(const Node& node);
 

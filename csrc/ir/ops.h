@@ -65,6 +65,12 @@ enum class WindowKind : int64_t { kSum, kMax, kMin };
 enum class ScanKind : int64_t { kSum, kProd, kMax, kMin };
 enum class ScatterMode : int64_t { kReplace, kAdd, kMul, kMax, kMin };
 
+// pow's optional attribute [1]: the exponent is a Python number (ATen's pow.Tensor_Scalar), so
+// a runtime may compute x^2 as x*x, x^-1 as 1/x, ... as ATen's scalar-exponent kernel does (CPU's
+// bits for that overload). Without it (a tensor exponent, pow.Tensor_Tensor) pow is the general
+// function even where the exponent is one broadcast value, as in ATen.
+inline constexpr int64_t kPowScalarExponent = 1;
+
 // Reserved parameter bindings for the RNG state (binding >= 0 are runtime binding slots).
 inline constexpr int64_t kRngSeedBinding = -1;
 inline constexpr int64_t kRngOffsetBinding = -2;

@@ -106,7 +106,13 @@ class NodeVerifier {
 
   void binary(DType& dt, Shape& shape) const {
     arity(2);
-    nattrs(0);
+    if (n_.kind == OpKind::kPow && !n_.iattrs.empty()) {
+      nattrs(1);
+      check(attr(0) == kPowScalarExponent, "C4",
+            "pow's attribute must be 1 (scalar exponent), got " + std::to_string(attr(0)));
+    } else {
+      nattrs(0);
+    }
     const Node &x = in(0), &y = in(1);
     check(x.shape == y.shape, "C1",
           "operand shapes differ (" + shape_str(x.shape) + " vs " + shape_str(y.shape) + ")");

@@ -234,7 +234,7 @@ TEST(HostFusion, TileInvariantOperandsInEveryPosition) {
   int32_t m = p.add(OpKind::kCompare, DType::kBool, {n}, {b, bs}, {static_cast<int64_t>(ir::CompareDir::kGt)});
   int32_t c = p.add(OpKind::kSelect, DType::kF32, {n}, {m, two, b});  // fixed middle operand
   int32_t d = p.add(OpKind::kSelect, DType::kF32, {n}, {m, c, bs});   // fixed last operand
-  int32_t e = p.add(OpKind::kPow, DType::kF32, {n}, {d, two});        // x * x
+  int32_t e = p.add(OpKind::kPow, DType::kF32, {n}, {d, two}, {ir::kPowScalarExponent});  // x * x
   int32_t f = p.add(OpKind::kAtan2, DType::kF32, {n}, {bs, e});       // SLEEF, fixed first operand
   int32_t g = p.add(OpKind::kPow, DType::kF32, {n}, {bs, f});         // SLEEF pow, fixed base
   at::Tensor xv = at::randn({n}), sv = at::scalar_tensor(0.3f);
@@ -250,26 +250,36 @@ TEST(HostFusion, TileInvariantOperandsInEveryPosition) {
 }
 
 TEST(HostFusion, PowWithAUniformExponentTakesAtensRecipesFusedOrNot) {
-  // pow(x, e) with a broadcast scalar e: x^2 as x*x, x^3 as x*x*x, x^-1 as 1/x, x^-2 as
-  // 1/(x*x), x^1 as x, as ATen's scalar-exponent kernel computes them (its bits, where the
-  // general pow differs in the last bit for up to a quarter of inputs), both in the cluster
-  // (pow and a convert: a lone pow would run as a kernel) and in the unfused kernel, which
-  // reads the broadcast exponent as one value. 1.5 takes the general pow in both.
+  // pow(x, e) with a broadcast Python number e (ir::kPowScalarExponent): x^2 as x*x, x^3 as
+  // x*x*x, x^-1 as 1/x, x^-2 as 1/(x*x), x^1 as x, as ATen's scalar-exponent kernel computes
+  // them (its bits, where the general pow differs in the last bit for up to a quarter of
+  // inputs), both in the cluster (pow and a convert: a lone pow would run as a kernel) and in
+  // the unfused kernel, which reads the broadcast exponent as one value. 1.5 takes the general
+  // pow in both, and so does every exponent of a pow without the attribute (a tensor exponent,
+  // as ATen's pow.Tensor_Tensor).
   const int64_t n = 4099;  // a partial tile and an 8-lane tail
-  Program p;
-  int32_t x = p.param(0, DType::kF32, {n});
-  int32_t e = p.param(1, DType::kF32, {});
-  int32_t be = p.add(OpKind::kBroadcastInDim, DType::kF32, {n}, {e}, {});
-  int32_t y = p.add(OpKind::kPow, DType::kF32, {n}, {x, be});
-  int32_t z = p.add(OpKind::kConvert, DType::kF32, {n}, {y});
   const at::Tensor xv = at::randn({n}) * 3;
-  for (float exponent : {2.f, 3.f, -1.f, -2.f, 1.f, 1.5f}) {
-    SCOPED_TRACE(exponent);
-    // Negative bases give NaN for x^1.5 (at::equal counts NaN as unequal): |x| there.
-    const at::Tensor base = exponent == 1.5f ? xv.abs() : xv;
-    auto got = check(p, {z}, {tensor_binding(base), tensor_binding(at::scalar_tensor(exponent))}, 1);
-    if (exponent != 1.5f) {
-      EXPECT_TRUE(at::equal(got[0], at::pow(base, exponent)));
+  for (bool scalar_exponent : {true, false}) {
+    Program p;
+    int32_t x = p.param(0, DType::kF32, {n});
+    int32_t e = p.param(1, DType::kF32, {});
+    int32_t be = p.add(OpKind::kBroadcastInDim, DType::kF32, {n}, {e}, {});
+    std::vector<int64_t> attrs;
+    if (scalar_exponent) attrs.push_back(ir::kPowScalarExponent);
+    int32_t y = p.add(OpKind::kPow, DType::kF32, {n}, {x, be}, attrs);
+    int32_t z = p.add(OpKind::kConvert, DType::kF32, {n}, {y});
+    for (float exponent : {2.f, 3.f, -1.f, -2.f, 1.f, 1.5f}) {
+      SCOPED_TRACE(std::to_string(exponent) + (scalar_exponent ? " scalar" : " tensor"));
+      // Negative bases give NaN for x^1.5 (at::equal counts NaN as unequal): |x| there.
+      const at::Tensor base = exponent == 1.5f ? xv.abs() : xv;
+      auto got = check(p, {z}, {tensor_binding(base), tensor_binding(at::scalar_tensor(exponent))}, 1);
+      if (scalar_exponent && exponent != 1.5f) {
+        EXPECT_TRUE(at::equal(got[0], at::pow(base, exponent)));
+      } else {
+        // ATen's general pow: SLEEF's, except the last n % 16 elements (std::pow there).
+        const at::Tensor want = at::pow(base, at::full_like(base, exponent));
+        EXPECT_TRUE(at::equal(got[0].narrow(0, 0, n / 16 * 16), want.narrow(0, 0, n / 16 * 16)));
+      }
     }
   }
 }

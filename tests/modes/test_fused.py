@@ -451,6 +451,28 @@ def test_pow_with_a_scalar_exponent_matches_cpu_bit_for_bit(dtype: torch.dtype):
             torch.testing.assert_close(got, x.pow(3).mul(0.5).add(x.pow(-2)), rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_pow_with_a_tensor_exponent_is_the_general_pow_as_on_cpu(dtype: torch.dtype):
+    """A one-value tensor exponent (0-d or [1] on tpu, or a 0-d CPU tensor) is pow.Tensor_Tensor:
+    CPU computes the general pow for it, not the scalar-exponent recipes (x^2 as x*x), and so does
+    the lowering (no scalar-exponent attribute on the IR pow), in both modes. 4096 elements: ATen's
+    vectorized loop covers them all (its last n % 16 elements would take std::pow, the clusters
+    SLEEF's pow)."""
+    torch.manual_seed(0)
+    x = (torch.randn(4096) * 3).to(dtype)
+    for mode in ("strict", "fused"):
+        with torch_tpu.mode(mode):
+            for e in (2.0, 3.0, -1.0, -2.0, 1.5):
+                base = x.abs() if e == 1.5 else x
+                want = base.pow(torch.tensor(e, dtype=dtype))
+                for exponent in (torch.tensor(e, dtype=dtype, device="tpu"),
+                                 torch.tensor([e], dtype=dtype, device="tpu"),
+                                 torch.tensor(e, dtype=dtype)):
+                    got = base.to("tpu").pow(exponent).cpu()
+                    torch.testing.assert_close(got, want, rtol=0, atol=0,
+                                               msg=lambda m: f"{mode} x^{exponent!r} ({dtype}): {m}")
+
+
 @pytest.mark.parametrize("hw", [(64, 64), (32, 32), (8, 16)])
 def test_per_channel_operands_match_cpu_bit_for_bit(hw: tuple[int, int]):
     """Per-channel values broadcast over NCHW images: over 64x64 planes each tile of a cluster
@@ -738,3 +760,4 @@ def test_helping_can_be_turned_off():
     """)
     env = dict(os.environ, TORCH_TPU_HOST_HELP_SPIN_US="0")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
+

@@ -283,7 +283,13 @@ class GraphBuilder:
         out_dtype = torch.bool if op == "is_finite" else x.dtype
         return self._emit(op, (x,), out_dtype, x.shape, (), (), self._ref(lambda: _UNARY_REF[op](x.data)))
 
-    def binary(self, op: str, x: Value, y: Value) -> Value:
+    def pow(self, x: Value, y: Value, scalar_exponent: bool = False) -> Value:
+        """x ** y. scalar_exponent: y is a Python number (aten pow.Tensor_Scalar), so the runtime
+        may take ATen's scalar-exponent recipes (x^2 = x*x, x^-1 = 1/x, ...; CPU's bits for that
+        overload); otherwise pow is the general function, as ATen's pow.Tensor_Tensor."""
+        return self.binary("pow", x, y, (1,) if scalar_exponent else ())
+
+    def binary(self, op: str, x: Value, y: Value, iattrs: tuple[int, ...] = ()) -> Value:
         _check(x.shape == y.shape, op, f"shapes differ: {x.shape} vs {y.shape}")
         _check(x.dtype == y.dtype, op, f"dtypes differ: {x.dtype} vs {y.dtype}")
         if op in BINARY_NUMERIC:
@@ -301,7 +307,8 @@ class GraphBuilder:
             return x
         if op == "mul" and _is_one(x) and y.dtype.is_floating_point:
             return y
-        return self._emit(op, (x, y), x.dtype, x.shape, (), (), self._ref(lambda: _binary_ref(op, x.data, y.data)))
+        _check(not iattrs or (op == "pow" and iattrs == (1,)), op, f"unexpected attributes {iattrs}")
+        return self._emit(op, (x, y), x.dtype, x.shape, iattrs, (), self._ref(lambda: _binary_ref(op, x.data, y.data)))
 
     def compare(self, direction: str, x: Value, y: Value) -> Value:
         _check(x.shape == y.shape and x.dtype == y.dtype, "compare", f"operands differ: {x} vs {y}")

@@ -269,12 +269,15 @@ def pow_(b: GraphBuilder, x: Value, y: Value) -> Value:
         xs, ys = promote(b, x, y, dtype=torch.bool)
         return b.binary("or", xs, b.unary("not", ys))
     _reject(result_type(x, y) == torch.bool, "\"pow\" not implemented for 'Bool'")
-    if y.wrapped and not x.wrapped and result_type(x, y) == torch.bfloat16:
+    # A Python number exponent (pow.Tensor_Scalar) lets the runtime take ATen's recipes for it
+    # (x^2 = x*x, ...); a tensor exponent, even a 0-d one, is CPU's general pow.
+    scalar = y.wrapped and not x.wrapped
+    if scalar and result_type(x, y) == torch.bfloat16:
         # CPU's bfloat16 pow with a scalar exponent rounds every product to bfloat16 (x^3 is
         # (x*x)*x with x*x rounded first; PowKernel.cpp). A bfloat16 IR pow asks the runtime for
         # that; a float32 pow rounded once differs in a quarter of x^3's results.
-        return b.pow(*promote(b, x, y, dtype=torch.bfloat16))
-    return _map(b, b.pow, x, y)
+        return b.pow(*promote(b, x, y, dtype=torch.bfloat16), scalar_exponent=True)
+    return _map(b, lambda u, v: b.pow(u, v, scalar_exponent=scalar), x, y)
 
 
 @register(aten.reciprocal.default)

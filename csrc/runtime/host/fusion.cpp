@@ -832,8 +832,9 @@ namespace {
 // computes whole groups of 8, so the tail goes through padded copies; the rest goes in chunks,
 // since MKL's functions take an int length (a chunk is a multiple of 8 and lanes are
 // independent, so chunking does not change the bits). A uniform y is read as a cluster reads a
-// tile-invariant operand (its first lanes, `fixed`), and a pow over it takes pow_as's recipes.
-void run_one_instr(Op op, float* d, const float* x, const float* y, int64_t n, bool y_uniform) {
+// tile-invariant operand (its first lanes, `fixed`), and a pow over a scalar exponent takes
+// pow_as's recipes.
+void run_one_instr(Op op, float* d, const float* x, const float* y, int64_t n, bool y_uniform, bool scalar_exponent) {
   constexpr int64_t kChunk = int64_t{1} << 14;
   Cluster::Instr in{op, 0, /*dst=*/2, /*a=*/0, static_cast<int16_t>(y != nullptr ? 1 : -1), -1};
   alignas(64) float y_lanes[16];  // a uniform y in every lane of a group, as a tile-invariant buffer
@@ -841,7 +842,7 @@ void run_one_instr(Op op, float* d, const float* x, const float* y, int64_t n, b
     std::fill_n(y_lanes, 16, y[0]);
     y = y_lanes;
     in.fixed = 2;
-    in.pow_scalar = op == kPow;
+    in.pow_scalar = op == kPow && scalar_exponent;
   }
   const bool use_sleef = sleef().unary[kExp] != nullptr;
   const int64_t n8 = n / 8 * 8;
@@ -865,13 +866,14 @@ void run_one_instr(Op op, float* d, const float* x, const float* y, int64_t n, b
 void cluster_unary_f32(OpKind kind, float* d, const float* x, int64_t n) {
   const Op op = unary_op(kind);
   TPU_CHECK(op != kNoOp, "host fusion: no cluster function for ", ir::op_name(kind));
-  run_one_instr(op, d, x, nullptr, n, false);
+  run_one_instr(op, d, x, nullptr, n, false, false);
 }
 
-void cluster_binary_f32(OpKind kind, float* d, const float* x, const float* y, int64_t n, bool y_uniform) {
+void cluster_binary_f32(OpKind kind, float* d, const float* x, const float* y, int64_t n, bool y_uniform,
+                        bool scalar_exponent) {
   const Op op = binary_op(kind);
   TPU_CHECK(op != kNoOp, "host fusion: no cluster function for ", ir::op_name(kind));
-  run_one_instr(op, d, x, y, n, y_uniform);
+  run_one_instr(op, d, x, y, n, y_uniform, scalar_exponent);
 }
 
 bool is_total_sum(const ir::Graph& g, int32_t id) {
@@ -1047,7 +1049,7 @@ void Cluster::build(const ir::Graph& g, const std::vector<bool>& stored) {
     int16_t* srcs[3] = {&in.a, &in.b, &in.c};
     for (size_t j = 0; j < n.operands.size() && j < 3; ++j) *srcs[j] = operand(n.operands[j]);
     in.round = n.dtype == DType::kBF16 ? 1 : n.dtype == DType::kF16 ? 2 : 0;
-    in.pow_scalar = in.op == kPow && is_invariant(in.b);
+    in.pow_scalar = in.op == kPow && is_invariant(in.b) && ir::pow_has_scalar_exponent(n);
     in.invariant = in.op < kRowSum && is_invariant(in.a) && is_invariant(in.b) && is_invariant(in.c);
     if (!in.invariant && in.op < kRowSum) {
       for (int j = 0; j < 3; ++j) {

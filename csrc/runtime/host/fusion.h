@@ -140,9 +140,11 @@ bool is_total_sum(const ir::Graph& g, int32_t id);
 void cluster_unary_f32(ir::OpKind kind, float* d, const float* x, int64_t n);
 // The same for binary op `kind` (pow and atan2: SLEEF's in every lane, where ATen's kernels take
 // std:: for an array's last elements) over x[0, n) and y[0, n), or, when `y_uniform`, over x and
-// the single value y[0] (a broadcast scalar, not materialized): pow then takes the recipes a
-// cluster takes for a tile-invariant exponent (x^2 as x*x, ...; fusion.cpp, pow_as).
-void cluster_binary_f32(ir::OpKind kind, float* d, const float* x, const float* y, int64_t n, bool y_uniform = false);
+// the single value y[0] (a broadcast scalar, not materialized): a pow whose exponent was a
+// Python number (`scalar_exponent`, ir::kPowScalarExponent) then takes the recipes a cluster
+// takes for it (x^2 as x*x, ...; fusion.cpp, pow_as).
+void cluster_binary_f32(ir::OpKind kind, float* d, const float* x, const float* y, int64_t n, bool y_uniform = false,
+                        bool scalar_exponent = false);
 
 class Cluster {
  public:

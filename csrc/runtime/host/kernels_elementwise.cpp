@@ -45,8 +45,10 @@ bool is_uniform(const at::Tensor& t) {
 // dense layout are read in memory order and the result keeps it (channels-last stays
 // channels-last, as in ATen's kernels: a later reduction's order, and so its bits, follow the
 // layout it reads); other operands are made contiguous, except a uniform b (a broadcast
-// scalar), which is read as its one value rather than materialized.
-at::Tensor float_cluster_op(OpKind kind, const at::Tensor& a, const at::Tensor* b, at::Tensor* out) {
+// scalar), which is read as its one value rather than materialized. scalar_exponent: see
+// cluster_binary_f32.
+at::Tensor float_cluster_op(OpKind kind, const at::Tensor& a, const at::Tensor* b, at::Tensor* out,
+                            bool scalar_exponent = false) {
   const bool uniform = b != nullptr && b->numel() > 0 && is_uniform(*b);
   const bool same = a.is_non_overlapping_and_dense() &&
                     (b == nullptr || uniform || (b->sizes() == a.sizes() && b->strides() == a.strides()));
@@ -62,7 +64,7 @@ at::Tensor float_cluster_op(OpKind kind, const at::Tensor& a, const at::Tensor* 
     if (yp == nullptr) {
       cluster_unary_f32(kind, d + begin, xp + begin, end - begin);
     } else {
-      cluster_binary_f32(kind, d + begin, xp + begin, uniform ? yp : yp + begin, end - begin, uniform);
+      cluster_binary_f32(kind, d + begin, xp + begin, uniform ? yp : yp + begin, end - begin, uniform, scalar_exponent);
     }
   });
   if (out == nullptr) return dst;
@@ -182,7 +184,7 @@ at::Tensor shr_logical(const at::Tensor& a_in, const at::Tensor& b_in) {
   return out;
 }
 
-Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer) {
+Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer, bool scalar_exponent) {
   switch (kind) {
     case OpKind::kAdd:
       return BINARY_OUT(add);
@@ -200,15 +202,15 @@ Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer) {
     case OpKind::kRem:
       return BINARY_OUT(fmod);
     case OpKind::kPow:
-      return [x, y](const Values& v, at::Tensor* out) {
+      return [x, y, scalar_exponent](const Values& v, at::Tensor* out) {
         const at::Tensor &a = v[x], &e = v[y];
         if (a.scalar_type() == at::kFloat && e.scalar_type() == at::kFloat) {
-          return float_cluster_op(OpKind::kPow, a, &e, out);
+          return float_cluster_op(OpKind::kPow, a, &e, out, scalar_exponent);
         }
-        // A uniform exponent (a Python number the lowering broadcast) takes ATen's
-        // scalar-exponent kernel, whose recipes (x^2 = x*x, x^-1 = 1/x, ...) are CPU's bits for
-        // pow(x, 3.0) in float64; float32 takes the same recipes above (fusion.cpp, pow_as).
-        if (a.is_floating_point() && e.numel() > 0 && is_uniform(e)) {
+        // A Python number exponent (broadcast by the lowering) takes ATen's scalar-exponent
+        // kernel, whose recipes (x^2 = x*x, x^-1 = 1/x, ...) are CPU's bits for pow(x, 3.0) in
+        // float64; float32 takes the same recipes above (fusion.cpp, pow_as).
+        if (scalar_exponent && a.is_floating_point() && e.numel() > 0 && is_uniform(e)) {
           const at::Scalar s = e.as_strided({}, {}).item();
           return out ? at::pow_out(*out, a, s) : at::pow(a, s);
         }
@@ -309,8 +311,9 @@ Kernel make_elementwise_kernel(const ir::Graph& g, int32_t id) {
   }
   if (ir::is_binary_elementwise(n.kind)) {
     const bool integer = !ir::is_float(g.node(n.operands[0]).dtype);
-    return split_large(n, binary_kernel(n.kind, n.operands[0], n.operands[1], integer),
-                       binary_kernel(n.kind, 0, 1, integer));
+    const bool scalar_exponent = ir::pow_has_scalar_exponent(n);
+    return split_large(n, binary_kernel(n.kind, n.operands[0], n.operands[1], integer, scalar_exponent),
+                       binary_kernel(n.kind, 0, 1, integer, scalar_exponent));
   }
   switch (n.kind) {
     case OpKind::kConstant: {
