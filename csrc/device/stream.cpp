@@ -209,6 +209,8 @@ const char* flush_cause_name(FlushCause cause) {
     case FlushCause::kResize: return "resize";
     case FlushCause::kSlowStart:
       return "slow_start";
+    case FlushCause::kOptimizerStep:
+      return "optimizer_step";
     case FlushCause::kCount: break;
   }
   return "?";

@@ -77,6 +77,7 @@ enum class FlushCause : uint8_t {
   kViewRead,       // a read of pending memory through a view the graph cannot express
   kResize,         // a tensor with pending writes is resized or re-pointed
   kSlowStart,      // fused mode's first graphs after the host waited are cut small
+  kOptimizerStep,  // an optimizer's step() ended: the next step's graphs start at its first op
   kCount
 };
 const char* flush_cause_name(FlushCause cause);

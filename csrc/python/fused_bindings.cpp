@@ -86,8 +86,10 @@ void init_fused_bindings(py::module_& m) {
   exec::set_source_line_hook(&user_source_line);
   m.def("_fused_flush", [](int device, const std::string& cause) {
     py::gil_scoped_release no_gil;
-    exec::fused_flush(static_cast<c10::DeviceIndex>(device),
-                      cause == "exit" ? device::FlushCause::kExit : device::FlushCause::kSynchronize);
+    exec::fused_flush(static_cast<c10::DeviceIndex>(device), cause == "exit" ? device::FlushCause::kExit
+                                                             : cause == "optimizer_step"
+                                                                 ? device::FlushCause::kOptimizerStep
+                                                                 : device::FlushCause::kSynchronize);
   });
   m.def("_set_debug_fusion", [](bool enabled) { exec::set_debug_fusion(enabled); });
   m.def("_get_debug_fusion", [] { return exec::debug_fusion(); });

@@ -761,3 +761,43 @@ def test_helping_can_be_turned_off():
     env = dict(os.environ, TORCH_TPU_HOST_HELP_SPIN_US="0")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
 
+
+def test_an_optimizer_step_ends_the_graph_so_loops_without_host_reads_hit_the_cache():
+    """A training loop that reads no value between steps. Each optimizer step flushes (cause
+    optimizer_step, no host wait), so every step's graphs start at its first op and are cut at
+    the same points: once two such runs have compiled them, later steps compile nothing. Without
+    the flush the size cap's cuts drift by the step's op count modulo the cap from step to step.
+    The parameters match the same loop on CPU."""
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 32), torch.nn.GELU(),
+                                    torch.nn.Linear(32, 4))
+    model = copy.deepcopy(cpu_model).to("tpu")
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    xd, yd = x.to("tpu"), y.to("tpu")
+    # The per-parameter AdamW: ~100 ops per step, so the 32-op cap cuts inside every step.
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-2, foreach=False)
+
+    def step(m: torch.nn.Module, o: torch.optim.Optimizer, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        loss = torch.nn.functional.mse_loss(m(a), b)
+        o.zero_grad()
+        loss.backward()
+        o.step()
+        return loss
+
+    for _ in range(2):  # compiles the graphs of a run of steps after a host read
+        for _ in range(3):
+            step(model, opt, xd, yd)
+            step(cpu_model, cpu_opt, x, y)
+        torch_tpu.sync()
+    torch_tpu.reset_metrics()
+    for _ in range(10):
+        loss = step(model, opt, xd, yd)
+        step(cpu_model, cpu_opt, x, y)
+    loss.item()
+    m = fused()
+    assert m["ops_recorded"] > 10 * 32, m  # each step records more than the size cap
+    assert m["flushes_by_cause"]["optimizer_step"] == 10, m
+    assert m["graphs_compiled"] == 0, m
+    for p, q in zip(model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.cpu(), q, rtol=1e-5, atol=1e-6)
