@@ -720,15 +720,13 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
   if (nops >= 2) g_stats.ops_fused += nops;
   // Liveness of stores: dead tensors and overwritten memory are never written.
   std::vector<uint8_t> live(p.stores.size());
-  std::vector<StorageStrong> stored;
+  std::vector<StorageStrong> stored(p.stores.size());  // per store: its memory, held while it is written
   for (size_t s = 0; s < p.stores.size(); ++s) {
     Store& st = p.stores[s];
-    StorageStrong strong = st.overwritten ? StorageStrong() : st.storage.lock();
-    live[s] = strong ? 1 : 0;
+    if (!st.overwritten) stored[s] = st.storage.lock();
+    live[s] = stored[s] ? 1 : 0;
     p.mix(live[s] | (st.keep_aside ? 2 : 0));
-    if (strong) {
-      stored.push_back(std::move(strong));
-    } else {
+    if (!live[s]) {
       g_stats.stores_skipped++;
       g_stats.bytes_not_materialized += static_cast<uint64_t>(st.bytes);
     }
@@ -781,11 +779,11 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
     work->inputs.back().snapshot = fp->snapshot[j] != 0;
     work->inputs.back().owner = std::move(p.slots[j].keep);
   }
-  for (size_t s = 0, k = 0; s < p.stores.size(); ++s) {
+  for (size_t s = 0; s < p.stores.size(); ++s) {
     if (!live[s]) continue;
     runtime::OutputTarget o{fp->store_node[s], std::move(p.stores[s].dest)};
     o.allow_direct = !p.stores[s].keep_aside;
-    o.dest.owner = std::move(stored[k++]);
+    o.dest.owner = std::move(stored[s]);
     work->outputs.push_back(std::move(o));
   }
   work->ops.reserve(nops);

@@ -84,12 +84,16 @@ const std::string* user_source_line() {
 
 void init_fused_bindings(py::module_& m) {
   exec::set_source_line_hook(&user_source_line);
+  // cause: a flush cause's name (device::flush_cause_name), as torch_tpu.metrics() reports it.
   m.def("_fused_flush", [](int device, const std::string& cause) {
+    int k = 0;
+    while (k < static_cast<int>(device::FlushCause::kCount) &&
+           cause != device::flush_cause_name(static_cast<device::FlushCause>(k))) {
+      ++k;
+    }
+    if (k == static_cast<int>(device::FlushCause::kCount)) throw py::value_error("unknown flush cause: " + cause);
     py::gil_scoped_release no_gil;
-    exec::fused_flush(static_cast<c10::DeviceIndex>(device), cause == "exit" ? device::FlushCause::kExit
-                                                             : cause == "optimizer_step"
-                                                                 ? device::FlushCause::kOptimizerStep
-                                                                 : device::FlushCause::kSynchronize);
+    exec::fused_flush(static_cast<c10::DeviceIndex>(device), static_cast<device::FlushCause>(k));
   });
   m.def("_set_debug_fusion", [](bool enabled) { exec::set_debug_fusion(enabled); });
   m.def("_get_debug_fusion", [] { return exec::debug_fusion(); });

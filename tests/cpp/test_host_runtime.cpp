@@ -623,8 +623,8 @@ TEST(HostRuntime, LentMemoryIsReleasedAfterItsLastUse) {
     out_b.fill_(7.f);
 
     exe.run_and_release(in, out, {});
-    EXPECT_TRUE(at::allclose(out_a, at::mm(av, av))) << "fuse " << fuse;
-    EXPECT_TRUE(at::allclose(out_b, at::mm(bv, bv))) << "fuse " << fuse;
+    EXPECT_TRUE(at::equal(out_a, at::mm(av, av))) << "fuse " << fuse;
+    EXPECT_TRUE(at::equal(out_b, at::mm(bv, bv))) << "fuse " << fuse;
     for (const Binding& bi : in) EXPECT_FALSE(bi.owner);
     for (const OutputTarget& o : out) EXPECT_FALSE(o.dest.owner);
     // In step order: a's product, then b's.
