@@ -149,6 +149,32 @@ def test_write_after_read_keeps_the_old_value():
     torch.testing.assert_close(t.cpu(), x + 100)
 
 
+@pytest.mark.parametrize("value", [0.0, 1.0, 5.0])
+def test_constant_writes_into_part_of_a_pending_value_land_in_program_order(value: float):
+    # A constant store (0 and 1 are baked into the program; the runtime computes such values
+    # once) is written at its op's position: after the op computing the base and after the
+    # earlier reads of its memory, never when the graph starts.
+    got, want = [], []
+    for device, out in (("tpu", got), ("cpu", want)):
+        y = torch.arange(6.0, device=device) * 2
+        y[2:] = value
+        m = torch.arange(6.0, device=device).view(2, 3) * 2
+        m[:, 0].fill_(value)
+        b = torch.arange(6, device=device) > -1
+        b[1:] = bool(value)
+        c = torch.arange(6.0, device=device) * 2
+        c[1:].copy_(torch.full((5,), value, device=device))
+        ones = torch.ones(4, device=device)
+        ones.sum()  # a flush boundary on tpu: `ones` is memory, not a pending value
+        if device == "tpu":
+            torch.tpu.synchronize()
+        before = ones * 2  # reads the memory before the write below
+        ones[1:].fill_(value)
+        out.extend(t.cpu() for t in (y, y.sum(), m, b, c, before, ones))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
 def test_a_write_waits_for_clusters_reading_its_memory_through_another_shape():
     # y's cluster ([64]) reads base's memory; the in-place write through an [8, 8] view runs in
     # another cluster, which the product then closes (runs) first. The executor keeps clusters

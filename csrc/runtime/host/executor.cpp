@@ -802,6 +802,13 @@ void HostExecutable::fold_constants(const ir::Graph& graph, std::vector<int32_t>
         fold = false;
       }
       fold = fold && v.defined() && v.storage().nbytes() <= kMaxFoldedBytes;
+      if (fold && is_output_[static_cast<size_t>(s.node)]) {
+        // An output stays a step (later constants still fold from its value): a folded
+        // output would be written when the run starts, before earlier steps read or write
+        // the memory it shares with them (a fused `y[1:].zero_()` after `a = y * 2`).
+        values[s.node] = std::move(v);
+        fold = false;
+      }
       if (fold) {
         values[s.node] = v;
         folded_.emplace_back(s.node, std::move(v));
