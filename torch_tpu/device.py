@@ -39,8 +39,13 @@ def is_available() -> bool:
     return _C._device_count() > 0
 
 
+# Devices are ready at import. torch.utils.checkpoint reads this (as it reads torch.cuda's) to
+# decide whether to stash and restore the device RNG state around a recomputed forward.
+_initialized = True
+
+
 def is_initialized() -> bool:
-    return True
+    return _initialized
 
 
 def init() -> None:

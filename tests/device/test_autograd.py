@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 
@@ -104,3 +105,22 @@ def test_no_grad_and_detach() -> None:
     assert not y.requires_grad
     z = t.detach()
     assert not z.requires_grad and z.data_ptr() == t.data_ptr()
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_checkpoint_recomputes_dropout_with_the_same_mask(mode: str, use_reentrant: bool) -> None:
+    # torch.utils.checkpoint stashes and restores the device RNG state only when the device
+    # module says it is initialized; otherwise the recomputed forward draws a different mask.
+    import torch.nn.functional as F
+    import torch.utils.checkpoint as checkpoint
+
+    import torch_tpu
+
+    with torch_tpu.mode(mode):
+        x = torch.ones(64, device="tpu", requires_grad=True)
+        y = checkpoint.checkpoint(lambda t: F.dropout(t * 2, 0.5, True), x, use_reentrant=use_reentrant)
+        y.sum().backward()
+        kept = (y != 0).cpu()
+        assert 0 < int(kept.sum()) < 64
+        torch.testing.assert_close(x.grad.cpu(), kept.float() * 4.0)  # d(2x / 0.5)/dx where kept
