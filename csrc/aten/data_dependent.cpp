@@ -214,6 +214,23 @@ void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   const size_t nargs = op.schema().arguments().size();
   c10::IValue& list_iv = (*stack)[stack->size() - nargs + 1];
   auto list = list_iv.toOptionalTensorList();
+  // Index tensors may live on the CPU (as CUDA allows: `t[torch.tensor([2, 0])]`, nn.init.sparse_):
+  // they are copied to the indexed tensor's device.
+  const at::Device device = (*stack)[stack->size() - nargs].toTensor().device();
+  bool on_cpu = false;
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::optional<at::Tensor> t = list.get(i);
+    on_cpu = on_cpu || (t.has_value() && t->defined() && t->device().is_cpu());
+  }
+  if (on_cpu) {
+    c10::List<std::optional<at::Tensor>> moved;
+    for (size_t i = 0; i < list.size(); ++i) {
+      std::optional<at::Tensor> t = list.get(i);
+      moved.push_back(t.has_value() && t->defined() && t->device().is_cpu() ? std::optional(t->to(device)) : t);
+    }
+    list_iv = c10::IValue(moved);
+    list = list_iv.toOptionalTensorList();
+  }
   if (is_masked_fill_put(op, *stack, nargs, list)) {
     exec::run_lowered(op, stack);
     return;

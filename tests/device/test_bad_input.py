@@ -32,6 +32,40 @@ def test_cpu_scalar_tensor_mixes_like_pytorch() -> None:
     torch.testing.assert_close(out.cpu(), torch.tensor([0.0, 2.0, 4.0]))
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_cpu_index_tensors_index_device_tensors_like_cuda(mode: str) -> None:
+    # As on CUDA, advanced indexing takes index and mask tensors from the CPU (nn.init.sparse_
+    # relies on it); other mixed operands still raise (test_mixed_cpu_tpu_operands).
+    cpu = torch.arange(12.0).view(3, 4)
+    idx, mask = torch.tensor([2, 0]), torch.tensor([True, False, True])
+    with torch_tpu.mode(mode):
+        t = cpu.to("tpu")
+        assert torch.equal(t[idx].cpu(), cpu[idx])
+        assert torch.equal(t[mask].cpu(), cpu[mask])
+        assert torch.equal(t[:, idx].cpu(), cpu[:, idx])
+        for key, value in ((idx, 0.0), (mask, -1.0), ((idx, torch.tensor([1, 3])), 5.0)):
+            got, want = t.clone(), cpu.clone()
+            got[key] = value
+            want[key] = value
+            assert torch.equal(got.cpu(), want)
+        got, want = t.clone(), cpu.clone()
+        got.index_put_((idx,), torch.ones(2, 4, device="tpu"), accumulate=True)
+        want.index_put_((idx,), torch.ones(2, 4), accumulate=True)
+        assert torch.equal(got.cpu(), want)
+        w = torch.empty(8, 4, device="tpu")
+        torch.nn.init.sparse_(w, sparsity=0.5)
+        assert ((w == 0).sum(0).cpu() == 4).all()
+
+
+def test_bad_index_errors_name_the_index_as_cpu_does() -> None:
+    t = torch.arange(10.0, device="tpu")
+    for bad in (15, -11):
+        with pytest.raises(IndexError, match=f"index {bad} is out of bounds for a dimension with size 10"):
+            t[torch.tensor([0, bad], device="tpu")].cpu()
+        with pytest.raises(IndexError, match=f"index {bad} is out of bounds for a dimension with size 10"):
+            t.clone().index_put_((torch.tensor([bad], device="tpu"),), torch.tensor(1.0, device="tpu")).cpu()
+
+
 def test_invalid_device_index() -> None:
     with pytest.raises(RuntimeError, match=r"Invalid device index tpu:5: torch_tpu has 1 device\(s\)"):
         torch.empty(1, device="tpu:5")

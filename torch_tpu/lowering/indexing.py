@@ -287,7 +287,8 @@ def _plan(b: GraphBuilder, x: Value, indices: Sequence[Value | None], what: str)
     """Shared index.Tensor / index_put analysis.
 
     Returns (rows, lin, bshape, perm_out, out_shape): rows is x as [A, R] with the indexed
-    dims first; lin the flat row index [nB] (invalid entries -1); bshape the broadcast index
+    dims first; lin the flat row index [nB] (an invalid entry is the index as written when one
+    dim is indexed, else -1; either fails the gather/scatter's check); bshape the broadcast index
     shape; out_shape the indexing result and perm_out the permutation from [*bshape, *rest]
     to it.
     """
@@ -315,7 +316,14 @@ def _plan(b: GraphBuilder, x: Value, indices: Sequence[Value | None], what: str)
         i = b.select(b.compare("lt", i, z), b.add(i, nn), i)
         bad = b.binary("or", bad, b.binary("or", b.compare("lt", i, z), b.compare("ge", i, nn)))
         lin = b.add(lin, b.mul(i, full_i64(b, stride, bshape)))
-    lin = b.reshape(b.select(bad, full_i64(b, -1, bshape), lin), [nb])
+    if len(adv) == 1:
+        # One indexed dim: a bad index reaches the gather/scatter as the user wrote it, so the
+        # IndexError names it (as CPU's does). Wrapped, it is >= n or < 0 exactly when it was bad.
+        raw = broadcast_to(b, vals[adv[0]], bshape)
+        lin = b.select(bad, raw, lin)
+    else:
+        lin = b.select(bad, full_i64(b, -1, bshape), lin)
+    lin = b.reshape(lin, [nb])
     # Adjacent advanced indices keep their place; separated ones move the result dims first.
     adjacent = adv == list(range(adv[0], adv[-1] + 1))
     k = len(bshape)

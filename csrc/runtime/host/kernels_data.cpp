@@ -47,8 +47,8 @@ void check_index(const char* op, const at::Tensor& index, const at::Tensor& x, i
     mx = hi.item<int64_t>();
   }
   int64_t bad = mn < 0 ? mn : mx;
-  TPU_CHECK_INDEX(mn >= 0 && mx < n, op, ": index ", bad, " is out of bounds for axis ", axis,
-                  " with size ", n);
+  // No axis in the message: it is the IR op's, which lowerings may have moved from the user's dim.
+  TPU_CHECK_INDEX(mn >= 0 && mx < n, op, ": index ", bad, " is out of bounds for a dimension with size ", n);
 }
 
 // A view of x's memory with these sizes and strides, `offset` elements past x's first element,
