@@ -16,6 +16,7 @@
 #include "device/stream.h"
 #include "exec/call.h"
 #include "exec/metrics.h"
+#include "exec/poison.h"
 #include "runtime/residency.h"
 
 namespace torch_tpu::aten {
@@ -54,10 +55,12 @@ void wait_for(const at::Tensor& t) {
   device::FlushCauseScope cause(device::FlushCause::kHostRead);
   device::synchronize_stream(device::current_stream(t.device().index()));
   exec::metrics().host_syncs++;
+  if (exec::any_poisoned()) exec::check_not_poisoned(t);
 }
 
 void write_to_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
   if (dst.numel() == 0) return;
+  if (exec::any_poisoned()) exec::unpoison_if_covered(dst);
   // Pending fused ops may write dst (and hold no reference to it): order the copy after them.
   device::flush_pending(dst.device().index(), device::FlushCause::kCopy);
   exec::metrics().bytes_to_device += static_cast<uint64_t>(dst.numel()) * dst.itemsize();

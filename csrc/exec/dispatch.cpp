@@ -18,11 +18,12 @@
 #include "device/generator.h"
 #include "device/stream.h"
 #include "exec/call.h"
+#include "exec/disk_tier.h"
 #include "exec/fused.h"
 #include "exec/launch.h"
-#include "exec/disk_tier.h"
 #include "exec/metrics.h"
 #include "exec/mode.h"
+#include "exec/poison.h"
 
 namespace torch_tpu::exec {
 namespace {
@@ -189,6 +190,7 @@ void add_tensor(CallState& st, const at::Tensor& t, const OpInfo& info, size_t a
                 info.overload.empty() ? "" : "." + info.overload, ")");
   }
   check_same_device(st, t, info, arg);
+  if (any_poisoned()) check_not_poisoned(t);
   mix(st, kTagTensor);
   mix(st, static_cast<int64_t>(t.scalar_type()));
   mix(st, t.dim());
@@ -327,7 +329,28 @@ struct ProgramWork final : device::Work {
   // TinyGPT strict step 9% faster than with tensors (bench/ab_switch.py, 2 runs of 11 rounds).
   std::vector<c10::Storage> keep_alive;
   runtime::RngState rng;
-  void run() override { program->executable->run(inputs, outputs, rng); }
+  void run() override {
+    try {
+      program->executable->run(inputs, outputs, rng);
+    } catch (c10::Error& e) {
+      poison(written_storages(), e);  // its results were never written (exec/poison.h)
+      throw;
+    }
+  }
+
+  // The kept storages that hold an output (found on failure only: nothing on the hot path).
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> written_storages() const {
+    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> written;
+    for (const c10::Storage& s : keep_alive) {
+      const char* lo = static_cast<const char*>(s.data());
+      const bool holds_output = std::any_of(outputs.begin(), outputs.end(), [&](const runtime::OutputTarget& o) {
+        const char* p = static_cast<const char*>(o.dest.data);
+        return p != nullptr && lo != nullptr && p >= lo && p < lo + s.nbytes();
+      });
+      if (holds_output) written.emplace_back(s.getWeakStorageImpl());
+    }
+    return written;
+  }
 };
 
 void push_return(const compiler::ReturnSpec& r, const std::vector<at::Tensor>& news, const CallState& st,

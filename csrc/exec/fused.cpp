@@ -17,6 +17,7 @@
 #include "device/device.h"
 #include "exec/metrics.h"
 #include "exec/mode.h"
+#include "exec/poison.h"
 #include "ir/printer.h"
 
 namespace torch_tpu::exec {
@@ -690,6 +691,7 @@ struct FusedWork final : device::Work {
   // Per recorded op, for error messages only (names are built when something fails).
   std::vector<const OpInfo*> ops;
   std::vector<const std::string*> source_lines;
+  std::vector<StorageWeak> written;  // the memory of every store, poisoned if the run fails
   const char* cause = "";
 
   void run() override {
@@ -707,6 +709,7 @@ struct FusedWork final : device::Work {
       }
       e.add_context("torch_tpu (fused mode): raised when a pending graph ran (flushed by " + std::string(cause) +
                     "), " + where);
+      poison(written, e);
       throw;
     }
   }
@@ -781,6 +784,7 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
   }
   for (size_t s = 0; s < p.stores.size(); ++s) {
     if (!live[s]) continue;
+    work->written.push_back(std::move(p.stores[s].storage));
     runtime::OutputTarget o{fp->store_node[s], std::move(p.stores[s].dest)};
     o.allow_direct = !p.stores[s].keep_aside;
     o.dest.owner = std::move(stored[s]);

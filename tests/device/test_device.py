@@ -214,7 +214,11 @@ def test_strict_mode_raises_at_next_sync() -> None:
         torch.tpu.synchronize()
     # The error is not sticky: the device keeps working.
     assert (torch.ones(2, device="tpu") * 5).cpu().tolist() == [5.0, 5.0]
-    del y
+    # The failed op's result was never written: using it raises again instead of reading garbage.
+    with pytest.raises(IndexError, match="value was lost.*index 7 is out of bounds"):
+        y.sum()
+    with pytest.raises(IndexError, match="value was lost"):
+        y.cpu()
 
 
 def test_launch_blocking_selects_debug(subprocess_py) -> None:

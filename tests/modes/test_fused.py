@@ -540,10 +540,35 @@ def test_error_at_flush_names_op_and_source_line():
     with pytest.raises(IndexError) as info:
         y.cpu()
     msg = str(info.value)
-    assert "aten::index" in msg
+    assert "aten::index" in msg and "index 9 is out of bounds" in msg
     assert f"{os.path.basename(__file__)}:{_line_of('y = x[idx] * 2')}" in msg
     # The process stays usable.
     torch.testing.assert_close((x + 1).cpu(), x.cpu() + 1)
+
+
+def test_tensors_written_by_a_failed_graph_raise_instead_of_reading_garbage():
+    x = torch.arange(10.0, device="tpu")
+    acc = torch.zeros(3, device="tpu")
+    torch_tpu.sync()
+    acc.add_(1)
+    bad = (x * 1)[torch.tensor([11], device="tpu")]
+    s = x * 1 + bad
+    acc.add_(10)
+    with pytest.raises(IndexError, match="index 11 is out of bounds"):
+        bad.tolist()
+    # Everything the failed graph writes has unknown contents: using it raises the same type.
+    for lost in (s, acc):
+        with pytest.raises(IndexError, match="value was lost.*index 11 is out of bounds"):
+            lost.tolist()
+    with pytest.raises(IndexError, match="value was lost"):
+        acc.add_(1)
+    # Memory the graph only read is intact, new work runs, and a full copy from the host
+    # makes a lost tensor valid again.
+    assert x.tolist() == list(range(10))
+    acc.copy_(torch.full((3,), 7.0))
+    acc.add_(1)
+    assert acc.tolist() == [8.0, 8.0, 8.0]
+    assert (x * 2).sum().item() == 90.0
 
 
 def test_graph_size_is_bounded():
