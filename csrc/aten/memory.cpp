@@ -4,6 +4,9 @@
 #include <ATen/ops/resize_native.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <array>
+#include <limits>
+
 #include "aten/kernels.h"
 #include "common/check.h"
 #include "device/allocator.h"
@@ -29,6 +32,25 @@ void check_dtype(c10::ScalarType dtype) {
                  "bfloat16, int64, int32, int16, int8, uint8, bool)");
 }
 
+// Hands out no memory: an efficient zero tensor has none (its ZeroTensor key stands for zeros).
+struct NoMemoryAllocator final : c10::Allocator {
+  static void nothing_to_free(void* /*ptr*/) {}
+  c10::DataPtr allocate(size_t /*nbytes*/) override { return {nullptr, nullptr, &nothing_to_free, device}; }
+  c10::DeleterFnPtr raw_deleter() const override { return &nothing_to_free; }
+  void copy_data(void* /*dest*/, const void* /*src*/, size_t /*count*/) const override {}
+  c10::Device device{kTpu, 0};
+};
+
+// One per device, for good: a storage keeps a pointer to its allocator.
+NoMemoryAllocator& no_memory_allocator(c10::DeviceIndex idx) {
+  static std::array<NoMemoryAllocator, std::numeric_limits<c10::DeviceIndex>::max() + 1> all = [] {
+    std::array<NoMemoryAllocator, std::numeric_limits<c10::DeviceIndex>::max() + 1> a;
+    for (size_t i = 0; i < a.size(); ++i) a[i].device = c10::Device(kTpu, static_cast<c10::DeviceIndex>(i));
+    return a;
+  }();
+  return all[static_cast<size_t>(idx)];
+}
+
 }  // namespace
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
@@ -51,6 +73,20 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   c10::DeviceGuard guard(c10::Device(kTpu, idx));
   return at::detail::empty_strided_generic(size, stride, &device::DeviceAllocator::get(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), st);
+}
+
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                                 std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                 std::optional<bool> pin_memory) {
+  auto idx = target_device(device);
+  auto st = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  check_dtype(st);
+  // PyTorch's ZeroTensor fallback materializes it (at::zeros on this device) for any op that
+  // reads it; forward-mode AD (jvp, jacfwd, make_dual) creates these for absent tangents.
+  return at::detail::empty_generic(
+      size, &no_memory_allocator(idx),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor), st,
+      std::nullopt);
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> format) {

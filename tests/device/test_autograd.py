@@ -124,3 +124,26 @@ def test_checkpoint_recomputes_dropout_with_the_same_mask(mode: str, use_reentra
         kept = (y != 0).cpu()
         assert 0 < int(kept.sum()) < 64
         torch.testing.assert_close(x.grad.cpu(), kept.float() * 4.0)  # d(2x / 0.5)/dx where kept
+
+
+def test_forward_mode_ad_matches_cpu() -> None:
+    # Forward-mode AD makes memory-less zero tensors (_efficientzerotensor) for absent tangents.
+    import torch.autograd.forward_ad as fwAD
+    from torch.func import hessian, jacfwd, jvp
+
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(4, generator=g), torch.randn(4, generator=g)
+    xt, wt = x.to("tpu"), w.to("tpu")
+    torch.testing.assert_close(jacfwd(lambda a: (a * wt).sin())(xt).cpu(), jacfwd(lambda a: (a * w).sin())(x))
+    torch.testing.assert_close(hessian(lambda a: (a * wt).sin().sum())(xt).cpu(),
+                               hessian(lambda a: (a * w).sin().sum())(x))
+    _, tangent = jvp(lambda a, b: a * b.exp(), (xt, wt), (torch.ones(4, device="tpu"), torch.zeros(4, device="tpu")))
+    torch.testing.assert_close(tangent.cpu(), w.exp())
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(xt, torch.ones(4, device="tpu"))
+        out = fwAD.unpack_dual((dual * dual + wt).sum())
+        assert out.tangent is not None
+        torch.testing.assert_close(out.tangent.cpu(), (2 * x).sum())
+    z = torch._efficientzerotensor((2, 3), device="tpu")
+    assert z.device.type == "tpu" and z._is_zerotensor()
+    torch.testing.assert_close((z + torch.ones(2, 3, device="tpu")).cpu(), torch.ones(2, 3))
