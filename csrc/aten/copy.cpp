@@ -9,6 +9,7 @@
 // device -> device (same device): an IR program (aten::copy lowered), like any other op.
 // device -> other device: waits for the source, stages on the host, queues the write.
 #include <ATen/Functions.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "aten/kernels.h"
@@ -86,6 +87,9 @@ void copy_on_device(at::Tensor& self, const at::Tensor& src, bool non_blocking) 
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.is_same(src) || self.numel() == 0) return self;
+  // An expanded destination has elements sharing memory: which source element lands is
+  // undefined, so CPU and CUDA raise (the same message).
+  if (is_tpu(self)) at::assert_no_internal_overlap(self);
   if (is_tpu(self) && is_tpu(src)) {
     if (self.device() == src.device()) {
       copy_on_device(self, src, non_blocking);

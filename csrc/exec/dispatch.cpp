@@ -1,6 +1,7 @@
 // The per-op path: every ATen op without a dedicated tpu kernel lands here (the PrivateUse1
 // boxed fallback). One pass over the arguments writes the cache key and the bindings; a hit
 // runs the cached program on the current stream (strict) or inline (debug).
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -406,7 +407,28 @@ at::MemoryFormat result_format(const OpInfo& info, const CallState& st, c10::Arr
 void resize_out(at::Tensor& t, const std::vector<int64_t>& shape, const OpInfo& info, const CallState& st,
                 c10::ArrayRef<c10::IValue> args, size_t k) {
   if (t.sizes().equals(shape)) return;
+  // Resizing may move the memory that an argument sharing it is read from (`torch.cat([a, a], out=a)`).
+  for (const at::Tensor& other : st.tensors) {
+    if (other.defined() && &other != &t && other.numel() > 0 && other.storage().is_alias_of(t.storage())) {
+      TORCH_CHECK(false, "unsupported operation: the out= tensor of ", info.qualname,
+                  " must be resized but shares memory with an input. Please clone() the input first.");
+    }
+  }
   t.resize_(shape, result_format(info, st, args, k, shape));
+}
+
+// A written tensor may not share only part of its memory with another argument (`a[1:].copy_(a[:-1])`,
+// `torch.add(a[1:], a[:-1], out=a[:-1])`): the result would depend on the order elements are
+// written in. Raised as CPU's TensorIterator ops raise it; a full alias (in-place ops) is fine.
+void check_no_partial_overlap(const at::Tensor& written, const CallState& st) {
+  if (written.numel() == 0) return;
+  for (const at::Tensor& t : st.tensors) {
+    if (t.defined() && !t.is_same(written) && at::get_overlap_status(written, t) == at::MemOverlapStatus::Partial) {
+      TORCH_CHECK(false,
+                  "unsupported operation: some elements of the input tensor and the written-to tensor refer "
+                  "to a single memory location. Please clone() the tensor before performing the operation.");
+    }
+  }
 }
 
 void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info, CallState& st, size_t nargs,
@@ -424,6 +446,7 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
       const auto& o = prog->outputs[k];
       if (o.target < 0) continue;
       resize_out(st.tensors[static_cast<size_t>(o.target)], prog->graph.node(o.node).shape, info, st, args, k);
+      check_no_partial_overlap(st.tensors[static_cast<size_t>(o.target)], st);
     }
     fused_record(prog, info, st, news, rng);
     torch::jit::drop(*stack, nargs);
@@ -437,6 +460,7 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
     if (o.target >= 0) {
       at::Tensor& t = st.tensors[static_cast<size_t>(o.target)];
       resize_out(t, prog->graph.node(o.node).shape, info, st, args, k);
+      check_no_partial_overlap(t, st);
       outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(t)});
     } else {
       outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(news[static_cast<size_t>(o.new_index)])});

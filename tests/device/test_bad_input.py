@@ -66,6 +66,36 @@ def test_bad_index_errors_name_the_index_as_cpu_does() -> None:
             t.clone().index_put_((torch.tensor([bad], device="tpu"),), torch.tensor(1.0, device="tpu")).cpu()
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_writes_overlapping_their_inputs_raise_like_cpu(mode: str) -> None:
+    cases = {
+        "partial copy": lambda a: a[1:].copy_(a[:-1]),
+        "partial out=": lambda a: torch.add(a[1:], a[:-1], out=a[:-1]),
+        "expanded copy": lambda a: a[:3].expand(2, 3).copy_(torch.ones(2, 3, device=a.device)),
+        "expanded copy from host": lambda a: a[:3].expand(2, 3).copy_(torch.ones(2, 3)),
+        "resized out= that is an input": lambda a: torch.cat([a, a], out=a),
+    }
+    with torch_tpu.mode(mode):
+        for device in ("tpu", "cpu"):  # CPU raises the same error
+            for name, fn in cases.items():
+                try:
+                    fn(torch.arange(6.0, device=device))
+                except RuntimeError as e:
+                    assert "unsupported operation" in str(e), (name, device, e)
+                else:
+                    raise AssertionError(f"{name} on {device}: no error")
+        square = torch.arange(4.0, device="tpu").view(2, 2)
+        with pytest.raises(RuntimeError, match="unsupported operation"):
+            square.add_(square.t())
+        # Full aliases and disjoint views stay fine, as on CPU.
+        a = torch.arange(6.0, device="tpu")
+        a.add_(a)
+        a[:3].copy_(a[3:])
+        torch.mm(square, square, out=square)
+        assert a.tolist() == [6.0, 8.0, 10.0, 6.0, 8.0, 10.0]
+        assert square.tolist() == [[2.0, 3.0], [6.0, 11.0]]
+
+
 def test_invalid_device_index() -> None:
     with pytest.raises(RuntimeError, match=r"Invalid device index tpu:5: torch_tpu has 1 device\(s\)"):
         torch.empty(1, device="tpu:5")
