@@ -725,9 +725,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('linalg.ldl_solve', '', 'float32', 'debug'): 'no lowering for aten::linalg_ldl_solve',
     ('linalg.ldl_solve', '', 'float32', 'strict'): 'no lowering for aten::linalg_ldl_solve',
     ('linalg.ldl_solve', '', 'float64', 'strict'): 'no lowering for aten::linalg_ldl_solve',
-    # no lowering: no lowering for aten::_efficientzerotensor — 1 entries, 2 checks
-    ('sgn', '', 'float32', 'grad'): 'no lowering for aten::_efficientzerotensor',
-    ('sgn', '', 'float64', 'grad'): 'no lowering for aten::_efficientzerotensor',
     # no lowering: no lowering for aten::_embedding_bag — 1 entries, 2 checks
     ('nn.functional.embedding_bag', '', 'float32', 'grad'): 'no lowering for aten::_embedding_bag',
     ('nn.functional.embedding_bag', '', 'float64', 'grad'): 'no lowering for aten::_embedding_bag',
