@@ -175,6 +175,22 @@ def test_constant_writes_into_part_of_a_pending_value_land_in_program_order(valu
         torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
+def test_a_kernel_reading_several_values_of_one_cluster_pulls_each_node_ahead_once():
+    # cat reads four members of one open cluster; the product after it was pulled into that
+    # cluster once per member read, and the duplicated member corrupted the heap.
+    x = torch.randn(3, 6)
+    got = []
+    for _ in range(3):  # compiled once, then from the cache
+        xt = x.to("tpu")
+        a, b, c, e = xt.sin(), xt.cos(), xt.tanh(), xt.sigmoid()
+        cat = torch.cat([a, b, c, e], 1)
+        d = (a * b).exp()
+        got.append((cat.sum(1, keepdim=True) * d).cpu())
+    want = torch.cat([x.sin(), x.cos(), x.tanh(), x.sigmoid()], 1).sum(1, keepdim=True) * (x.sin() * x.cos()).exp()
+    for g in got:
+        torch.testing.assert_close(g, want)
+
+
 def test_a_write_waits_for_clusters_reading_its_memory_through_another_shape():
     # y's cluster ([64]) reads base's memory; the in-place write through an [8, 8] view runs in
     # another cluster, which the product then closes (runs) first. The executor keeps clusters

@@ -419,8 +419,9 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     if (cl.lead_rank() >= 0) return;
     for (int32_t j = at + 1; j < std::min(num_nodes_, at + 1 + kPullAhead); ++j) {
       const ir::Node& nj = graph.node(j);
-      if (!live[j] || is_output_[j] || nj.kind == ir::OpKind::kBroadcastInDim || nj.shape != cl.shape() ||
-          !is_fusible(graph, j) || cl.members().size() >= kMaxClusterNodes) {
+      // A node already placed (pulled for another operand of the same kernel) joins nothing again.
+      if (!live[j] || pulled[j] || cluster_of[j] >= 0 || is_output_[j] || nj.kind == ir::OpKind::kBroadcastInDim ||
+          nj.shape != cl.shape() || !is_fusible(graph, j) || cl.members().size() >= kMaxClusterNodes) {
         continue;
       }
       bool reads_member = false, ready = true;
