@@ -39,20 +39,8 @@ def _bias_chunks(b: GraphBuilder, bias: Value | None, n: int, rows: int, comp: t
 
 
 def _join(b: GraphBuilder, blocks: list[Value]) -> Value:
-    """The [B, k*H] value whose column blocks are the k [B, H] blocks (concatenate on dim 1).
-
-    Broadcasts and selects instead of concatenate: the host runtime's fused mode pulls an
-    elementwise node into an open cluster once per operand of a kernel that reads the cluster
-    (executor.cpp, pull_ahead), so a concatenate of several gates of one cluster made it store
-    a later value several times and corrupted the heap (nn.LSTM backward, two time steps)."""
-    rows, h = blocks[0].shape
-    shape = (rows, len(blocks), h)
-    block = b.iota(torch.int64, shape, 1)
-    out = b.broadcast_in_dim(blocks[-1], shape, (0, 2))
-    for k in range(len(blocks) - 2, -1, -1):
-        out = b.select(b.compare("eq", block, b.full(k, torch.int64, shape)),
-                       b.broadcast_in_dim(blocks[k], shape, (0, 2)), out)
-    return b.reshape(out, (rows, len(blocks) * h))
+    """The [B, k*H] value whose column blocks are the k [B, H] blocks."""
+    return b.concatenate(blocks, 1)
 
 
 def _plus(b: GraphBuilder, *xs: Value | None) -> Value:
