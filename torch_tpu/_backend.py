@@ -26,8 +26,10 @@ def register() -> None:
     if not hasattr(torch.Tensor, "is_tpu"):
         torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     from .lowering.bridge import lower_from_dispatch
+    from .lowering.nn_transformer import register_device_kernels
 
     _C._set_lowering_callback(lower_from_dispatch)
+    register_device_kernels()  # nn.TransformerEncoder's nested-tensor check (a bool, not a lowering)
     _C._configure_disk_cache(lowering_fingerprint())
 
 
