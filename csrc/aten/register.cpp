@@ -53,8 +53,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                            "native_group_norm_backward"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&exec::lowered_op_kernel>());
   }
-  // attention backend choice
+  // attention backend choice; nn.TransformerEncoder's nested-tensor step (aten/nested.cpp)
   m.impl("_fused_sdp_choice", torch::CppFunction::makeFromBoxedFunction<&fused_sdp_choice>());
+  m.impl("_nested_tensor_from_mask_left_aligned", TORCH_FN(nested_tensor_from_mask_left_aligned));
+  m.impl("_nested_tensor_from_mask", TORCH_FN(nested_tensor_from_mask));
 }
 
 }  // namespace torch_tpu::aten
