@@ -629,12 +629,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('cdist', '', 'float32', 'strict'): 'no lowering for aten::_cdist_forward',
     ('cdist', '', 'float64', 'grad'): 'no lowering for aten::_cdist_forward',
     ('cdist', '', 'float64', 'strict'): 'no lowering for aten::_cdist_forward',
-    # no lowering: no lowering for aten::_embedding_bag_forward_only — 1 entries, 5 checks
-    ('nn.functional.embedding_bag', '', 'bfloat16', 'strict'): 'no lowering for aten::_embedding_bag_forward_only',
-    ('nn.functional.embedding_bag', '', 'float16', 'strict'): 'no lowering for aten::_embedding_bag_forward_only',
-    ('nn.functional.embedding_bag', '', 'float32', 'debug'): 'no lowering for aten::_embedding_bag_forward_only',
-    ('nn.functional.embedding_bag', '', 'float32', 'strict'): 'no lowering for aten::_embedding_bag_forward_only',
-    ('nn.functional.embedding_bag', '', 'float64', 'strict'): 'no lowering for aten::_embedding_bag_forward_only',
     # no lowering: no lowering for aten::_linalg_det — 1 entries, 5 checks
     ('linalg.det', '', 'float32', 'debug'): 'no lowering for aten::_linalg_det',
     ('linalg.det', '', 'float32', 'grad'): 'no lowering for aten::_linalg_det',
@@ -653,12 +647,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('bincount', '', 'int64', 'strict'): 'no lowering for aten::bincount',
     ('bincount', '', 'int8', 'strict'): 'no lowering for aten::bincount',
     ('bincount', '', 'uint8', 'strict'): 'no lowering for aten::bincount',
-    # no lowering: no lowering for aten::embedding_renorm — 1 entries, 5 checks
-    ('nn.functional.embedding', '', 'bfloat16', 'strict'): 'no lowering for aten::embedding_renorm',
-    ('nn.functional.embedding', '', 'float16', 'strict'): 'no lowering for aten::embedding_renorm',
-    ('nn.functional.embedding', '', 'float32', 'debug'): 'no lowering for aten::embedding_renorm',
-    ('nn.functional.embedding', '', 'float32', 'strict'): 'no lowering for aten::embedding_renorm',
-    ('nn.functional.embedding', '', 'float64', 'strict'): 'no lowering for aten::embedding_renorm',
     # no lowering: no lowering for aten::linalg_householder_product — 1 entries, 5 checks
     ('linalg.householder_product', '', 'float32', 'debug'): 'no lowering for aten::linalg_householder_product',
     ('linalg.householder_product', '', 'float32', 'grad'): 'no lowering for aten::linalg_householder_product',
@@ -725,9 +713,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('linalg.ldl_solve', '', 'float32', 'debug'): 'no lowering for aten::linalg_ldl_solve',
     ('linalg.ldl_solve', '', 'float32', 'strict'): 'no lowering for aten::linalg_ldl_solve',
     ('linalg.ldl_solve', '', 'float64', 'strict'): 'no lowering for aten::linalg_ldl_solve',
-    # no lowering: no lowering for aten::_embedding_bag — 1 entries, 2 checks
-    ('nn.functional.embedding_bag', '', 'float32', 'grad'): 'no lowering for aten::_embedding_bag',
-    ('nn.functional.embedding_bag', '', 'float64', 'grad'): 'no lowering for aten::_embedding_bag',
     # no lowering: no lowering for aten::hardshrink_backward — 1 entries, 2 checks
     ('nn.functional.hardshrink', '', 'float32', 'grad'): 'no lowering for aten::hardshrink_backward',
     ('nn.functional.hardshrink', '', 'float64', 'grad'): 'no lowering for aten::hardshrink_backward',

@@ -196,6 +196,34 @@ def embedding_dense_backward(b: GraphBuilder, go: Value, indices: Value, num_wei
     return b.convert(out, go.dtype)
 
 
+@register(aten.embedding_renorm.default)
+def embedding_renorm(b: GraphBuilder, weight: Value, indices: Value, max_norm: Value, norm_type: Value) -> Value:
+    """nn.Embedding(max_norm=...): each looked-up row whose norm exceeds max_norm is scaled to
+    max_norm / (norm + 1e-7), as CPU does. A row looked up twice is written twice with the same
+    value, so duplicates need no de-duplication."""
+    check(weight.rank == 2, "embedding_renorm: 'self' must be 2-D")
+    check(indices.dtype in (torch.int64, torch.int32), "embedding_renorm(): Expected indices to be Long or Int")
+    m, d = indices.numel(), weight.shape[1]
+    if m == 0:
+        return weight
+    p = baked_float(norm_type)  # picks the formula
+    comp = opmath(weight.dtype)
+    idx = b.reshape(b.convert(indices, torch.int64), (m,))
+    rows = b.convert(_take_rows(b, weight, idx), comp)
+    mag = b.unary("abs", rows)
+    if p == math.inf:
+        norm = rmax(b, mag, [1])
+    elif p == 1:
+        norm = rsum(b, mag, [1])
+    else:
+        norm = b.pow(rsum(b, b.pow(mag, full(b, p, comp, (m, d))), [1]), full(b, 1.0 / p, comp, (m,)))
+    limit = splat(b, max_norm, comp, (m,))
+    scale = b.select(b.compare("gt", norm, limit), b.div(limit, b.add(norm, full(b, 1e-7, comp, (m,)))),
+                     full(b, 1, comp, (m,)))
+    scaled = b.convert(b.mul(rows, b.broadcast_in_dim(scale, (m, d), (0,))), weight.dtype)
+    return b.scatter(weight, b.broadcast_in_dim(idx, (m, d), (0,)), scaled, 0)
+
+
 # -- attention ---------------------------------------------------------------------------------
 
 def _attn_scores(b: GraphBuilder, q: Value, k: Value, is_causal: bool, attn_mask: Value | None,
