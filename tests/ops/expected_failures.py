@@ -713,18 +713,12 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('linalg.ldl_solve', '', 'float32', 'debug'): 'no lowering for aten::linalg_ldl_solve',
     ('linalg.ldl_solve', '', 'float32', 'strict'): 'no lowering for aten::linalg_ldl_solve',
     ('linalg.ldl_solve', '', 'float64', 'strict'): 'no lowering for aten::linalg_ldl_solve',
-    # no lowering: no lowering for aten::hardshrink_backward — 1 entries, 2 checks
-    ('nn.functional.hardshrink', '', 'float32', 'grad'): 'no lowering for aten::hardshrink_backward',
-    ('nn.functional.hardshrink', '', 'float64', 'grad'): 'no lowering for aten::hardshrink_backward',
     # no lowering: no lowering for aten::multi_margin_loss_backward — 1 entries, 2 checks
     ('nn.functional.multi_margin_loss', '', 'float32', 'grad'): 'no lowering for aten::multi_margin_loss_backward',
     ('nn.functional.multi_margin_loss', '', 'float64', 'grad'): 'no lowering for aten::multi_margin_loss_backward',
     # no lowering: no lowering for aten::multilabel_margin_loss_backward — 1 entries, 2 checks
     ('nn.functional.multilabel_margin_loss', '', 'float32', 'grad'): 'no lowering for aten::multilabel_margin_loss_backward',
     ('nn.functional.multilabel_margin_loss', '', 'float64', 'grad'): 'no lowering for aten::multilabel_margin_loss_backward',
-    # no lowering: no lowering for aten::softshrink_backward — 1 entries, 2 checks
-    ('nn.functional.softshrink', '', 'float32', 'grad'): 'no lowering for aten::softshrink_backward',
-    ('nn.functional.softshrink', '', 'float64', 'grad'): 'no lowering for aten::softshrink_backward',
     # no lowering: no lowering for aten::upsample_bicubic2d_backward — 1 entries, 2 checks
     ('nn.functional.interpolate', 'bicubic', 'float32', 'grad'): 'no lowering for aten::upsample_bicubic2d_backward',
     ('nn.functional.interpolate', 'bicubic', 'float64', 'grad'): 'no lowering for aten::upsample_bicubic2d_backward',

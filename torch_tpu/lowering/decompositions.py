@@ -25,7 +25,17 @@ def _weight_norm_interface_backward(grad_w: torch.Tensor, saved_v: torch.Tensor,
     return grad_v.to(saved_v.dtype), grad_g.to(saved_g.dtype)
 
 
-EXTRA_DECOMPOSITIONS = {aten._weight_norm_interface_backward.default: _weight_norm_interface_backward}
+def _shrink_backward(grad_out: torch.Tensor, x: torch.Tensor, lambd: float) -> torch.Tensor:
+    """hardshrink's and softshrink's gradient: zero where |x| <= lambd (both kernels' shrunk
+    band, edges included), grad_out elsewhere."""
+    return torch.where((x >= -lambd) & (x <= lambd), torch.zeros_like(grad_out), grad_out)
+
+
+EXTRA_DECOMPOSITIONS = {
+    aten._weight_norm_interface_backward.default: _weight_norm_interface_backward,
+    aten.hardshrink_backward.default: _shrink_backward,
+    aten.softshrink_backward.default: _shrink_backward,
+}
 
 
 # -- CTC loss (speech models' CTC heads) ---------------------------------------------------------
