@@ -623,12 +623,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('linalg.ldl_factor_ex', '', 'float32', 'debug'): 'no lowering for aten::linalg_ldl_factor_ex',
     ('linalg.ldl_factor_ex', '', 'float32', 'strict'): 'no lowering for aten::linalg_ldl_factor_ex',
     ('linalg.ldl_factor_ex', '', 'float64', 'strict'): 'no lowering for aten::linalg_ldl_factor_ex',
-    # no lowering: no lowering for aten::_cdist_forward — 1 entries, 5 checks
-    ('cdist', '', 'float32', 'debug'): 'no lowering for aten::_cdist_forward',
-    ('cdist', '', 'float32', 'grad'): 'no lowering for aten::_cdist_forward',
-    ('cdist', '', 'float32', 'strict'): 'no lowering for aten::_cdist_forward',
-    ('cdist', '', 'float64', 'grad'): 'no lowering for aten::_cdist_forward',
-    ('cdist', '', 'float64', 'strict'): 'no lowering for aten::_cdist_forward',
     # no lowering: no lowering for aten::_linalg_det — 1 entries, 5 checks
     ('linalg.det', '', 'float32', 'debug'): 'no lowering for aten::_linalg_det',
     ('linalg.det', '', 'float32', 'grad'): 'no lowering for aten::_linalg_det',

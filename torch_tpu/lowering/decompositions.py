@@ -31,7 +31,46 @@ def _shrink_backward(grad_out: torch.Tensor, x: torch.Tensor, lambd: float) -> t
     return torch.where((x >= -lambd) & (x <= lambd), torch.zeros_like(grad_out), grad_out)
 
 
+def _cdist_forward(x1: torch.Tensor, x2: torch.Tensor, p: float, compute_mode: int | None) -> torch.Tensor:
+    """torch.cdist's direct path (torch.cdist takes the matmul path, _euclidean_dist, itself):
+    the p-norm of every row difference, [..., P, R]; p = 0 counts differing elements."""
+    diff = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
+    if p == 0:
+        return (diff != 0).to(x1.dtype).sum(-1)
+    if p == float("inf"):
+        return diff.amax(-1) if diff.size(-1) else diff.sum(-1)
+    if p == 1:
+        return diff.sum(-1)
+    if p == 2:
+        return (diff * diff).sum(-1).sqrt()
+    return diff.pow(p).sum(-1).pow(1.0 / p)
+
+
+def _cdist_backward(grad: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, p: float,
+                    dist: torch.Tensor) -> torch.Tensor:
+    """d cdist / d x1: sum over x2's rows of grad * d|x1 - x2|_p / d x1 (zero where the
+    distance, or for p < 1 the element difference, is zero)."""
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)  # [..., P, R, M]
+    g, d = grad.unsqueeze(-1), dist.unsqueeze(-1)
+    zero = torch.zeros_like(diff)
+    if p == 0 or diff.numel() == 0:
+        return torch.zeros_like(x1)
+    if p == 1:
+        per = g * diff.sign()
+    elif p == float("inf"):
+        per = g * diff.sign() * (diff.abs() == d).to(diff.dtype)
+    elif p == 2:
+        per = torch.where(d == 0, zero, g * diff / d)
+    elif p < 2:
+        per = torch.where((d == 0) | (diff == 0), zero, g * diff.sign() * diff.abs().pow(p - 1) / d.pow(p - 1))
+    else:
+        per = torch.where(d == 0, zero, g * diff * diff.abs().pow(p - 2) / d.pow(p - 1))
+    return per.sum(-2)
+
+
 EXTRA_DECOMPOSITIONS = {
+    aten._cdist_forward.default: _cdist_forward,
+    aten._cdist_backward.default: _cdist_backward,
     aten._weight_norm_interface_backward.default: _weight_norm_interface_backward,
     aten.hardshrink_backward.default: _shrink_backward,
     aten.softshrink_backward.default: _shrink_backward,
