@@ -170,6 +170,32 @@ at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymIn
   return at::searchsorted(ends, positions, /*out_int32=*/repeats.scalar_type() == c10::kInt, /*right=*/true);
 }
 
+// bincount: the length, max(input) + 1 but at least minlength, is read to the host (one sync,
+// with the smallest value, to refuse negative inputs); the counts are then one index_add.
+at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
+  TORCH_CHECK(self.dim() == 1 && c10::isIntegralType(self.scalar_type(), /*includeBool=*/false),
+              "bincount only supports 1-d non-negative integral inputs.");
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  const bool weighted = weights.has_value() && weights->defined();
+  TORCH_CHECK(!weighted || (weights->dim() == 1 && weights->size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  // CPU's result types: counts are int64, float32 weights sum in float32, any others in float64.
+  const c10::ScalarType dtype = !weighted                               ? c10::kLong
+                                : weights->scalar_type() == c10::kFloat ? c10::kFloat
+                                                                        : c10::kDouble;
+  int64_t length = minlength;
+  if (self.numel() > 0) {
+    device::FlushCauseScope cause(device::FlushCause::kDataDependent);
+    const at::Tensor max_min = at::stack({self.max().to(c10::kLong), self.min().to(c10::kLong)}).cpu();
+    TORCH_CHECK(max_min[1].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    length = std::max(length, max_min[0].item<int64_t>() + 1);
+  }
+  at::Tensor counts = at::zeros({length}, self.options().dtype(dtype));
+  if (self.numel() == 0) return counts;
+  const at::Tensor added = weighted ? weights->to(dtype) : at::ones({self.numel()}, counts.options());
+  return counts.index_add_(0, self.to(c10::kLong), added);
+}
+
 // torch.cholesky (deprecated): linalg.cholesky_ex, then one host read of `info` to raise the
 // CPU kernel's error for a matrix that is not positive-definite.
 at::Tensor cholesky(const at::Tensor& self, bool upper) {

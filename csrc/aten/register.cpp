@@ -37,6 +37,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_unique", TORCH_FN(unique));
   m.impl("unique_consecutive", TORCH_FN(unique_consecutive));
   m.impl("repeat_interleave.Tensor", TORCH_FN(repeat_interleave));
+  m.impl("bincount", TORCH_FN(bincount));
   m.impl("cholesky", TORCH_FN(cholesky));
   m.impl("unique_dim", TORCH_FN(unique_dim));
   m.impl("unique_dim_consecutive", TORCH_FN(unique_dim_consecutive));

@@ -207,6 +207,24 @@ def test_unique_and_repeat_interleave_sync_once_and_match_cpu():
     assert torch.equal(out.cpu(), torch.tensor([0, 1, 1]))
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_bincount_reads_its_length_once_and_matches_cpu(mode):
+    import torch_tpu
+
+    x = torch.tensor([0, 3, 3, 1, 7])
+    w = torch.tensor([0.5, 1.0, 2.0, 3.0, 4.0])
+    cases = [(x, None, 0), (x, w, 0), (x, None, 10), (x.to(torch.uint8), w.double(), 0),
+             (x, w.half(), 2), (torch.tensor([], dtype=torch.long), None, 3)]
+    with torch_tpu.mode(mode):
+        for inp, weights, minlength in cases:
+            want = torch.bincount(inp, weights, minlength)
+            got = torch.bincount(inp.to("tpu"), None if weights is None else weights.to("tpu"), minlength)
+            assert got.dtype == want.dtype  # int64 counts; float32 weights stay float32, others float64
+            assert torch.equal(got.cpu(), want)
+        with pytest.raises(RuntimeError, match="non-negative integral inputs"):
+            torch.bincount(torch.tensor([1, -2], device="tpu"))
+
+
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_unique_and_unique_consecutive_along_a_dim(dim):
     # Slices in lexicographic order (unique rows of an edge list, say), inverse and counts as on CPU.

@@ -635,12 +635,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('nn.functional.pdist', '', 'float32', 'strict'): 'no lowering for aten::_pdist_forward',
     ('nn.functional.pdist', '', 'float64', 'grad'): 'no lowering for aten::_pdist_forward',
     ('nn.functional.pdist', '', 'float64', 'strict'): 'no lowering for aten::_pdist_forward',
-    # no lowering: no lowering for aten::bincount — 1 entries, 5 checks
-    ('bincount', '', 'int16', 'strict'): 'no lowering for aten::bincount',
-    ('bincount', '', 'int32', 'strict'): 'no lowering for aten::bincount',
-    ('bincount', '', 'int64', 'strict'): 'no lowering for aten::bincount',
-    ('bincount', '', 'int8', 'strict'): 'no lowering for aten::bincount',
-    ('bincount', '', 'uint8', 'strict'): 'no lowering for aten::bincount',
     # no lowering: no lowering for aten::linalg_householder_product — 1 entries, 5 checks
     ('linalg.householder_product', '', 'float32', 'debug'): 'no lowering for aten::linalg_householder_product',
     ('linalg.householder_product', '', 'float32', 'grad'): 'no lowering for aten::linalg_householder_product',
