@@ -52,6 +52,9 @@ struct OpInfo {
   OutputLayout layout = OutputLayout::kFirstInput;
   int8_t layout_min_rank = 4;  // 5 for ops on volumes
   int8_t transposed_arg = -1;  // convolutions: the schema index of `bool transposed`
+  // fill_ reads its 0-d value before writing (ATen clones it when it aliases the target), so
+  // `x.fill_(x[2])` and `x[0:1] = x[0]` are no partial overlap.
+  bool value_read_first = false;
 };
 
 struct CallState {

@@ -98,6 +98,7 @@ OpInfo& op_info_locked(const c10::OperatorHandle& op) {
     if (name.find(contiguous) != std::string::npos) info->layout = OutputLayout::kContiguous;
   }
   if (name.rfind("aten::_foreach_", 0) == 0) info->layout = OutputLayout::kPerListElement;
+  info->value_read_first = name == "aten::fill_" || name == "aten::fill";
   if (name.find("3d") != std::string::npos) info->layout_min_rank = 5;
   if (name.find("adaptive_avg_pool3d") != std::string::npos) info->layout = OutputLayout::kContiguous;
   const auto& arguments = op.schema().arguments();
@@ -420,10 +421,11 @@ void resize_out(at::Tensor& t, const std::vector<int64_t>& shape, const OpInfo& 
 // A written tensor may not share only part of its memory with another argument (`a[1:].copy_(a[:-1])`,
 // `torch.add(a[1:], a[:-1], out=a[:-1])`): the result would depend on the order elements are
 // written in. Raised as CPU's TensorIterator ops raise it; a full alias (in-place ops) is fine.
-void check_no_partial_overlap(const at::Tensor& written, const CallState& st) {
+void check_no_partial_overlap(const at::Tensor& written, const CallState& st, const OpInfo& info) {
   if (written.numel() == 0) return;
   for (const at::Tensor& t : st.tensors) {
-    if (t.defined() && !t.is_same(written) && at::get_overlap_status(written, t) == at::MemOverlapStatus::Partial) {
+    if (t.defined() && !t.is_same(written) && !(info.value_read_first && t.dim() == 0) &&
+        at::get_overlap_status(written, t) == at::MemOverlapStatus::Partial) {
       TORCH_CHECK(false,
                   "unsupported operation: some elements of the input tensor and the written-to tensor refer "
                   "to a single memory location. Please clone() the tensor before performing the operation.");
@@ -446,7 +448,7 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
       const auto& o = prog->outputs[k];
       if (o.target < 0) continue;
       resize_out(st.tensors[static_cast<size_t>(o.target)], prog->graph.node(o.node).shape, info, st, args, k);
-      check_no_partial_overlap(st.tensors[static_cast<size_t>(o.target)], st);
+      check_no_partial_overlap(st.tensors[static_cast<size_t>(o.target)], st, info);
     }
     fused_record(prog, info, st, news, rng);
     torch::jit::drop(*stack, nargs);
@@ -460,7 +462,7 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
     if (o.target >= 0) {
       at::Tensor& t = st.tensors[static_cast<size_t>(o.target)];
       resize_out(t, prog->graph.node(o.node).shape, info, st, args, k);
-      check_no_partial_overlap(t, st);
+      check_no_partial_overlap(t, st, info);
       outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(t)});
     } else {
       outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(news[static_cast<size_t>(o.new_index)])});
