@@ -226,7 +226,8 @@ def _unlowered_aten_op():
         ("aten::polygamma", lambda x: torch.polygamma(2, x + 1)),
         ("aten::histc", lambda x: torch.histc(x, bins=4, min=0, max=4)),
         ("aten::special_zeta", lambda x: torch.special.zeta(x + 2, x + 1)),
-        ("aten::_cdist_forward", lambda x: torch.cdist(x.view(1, -1, 1), x.view(1, -1, 1))),
+        ("aten::special_airy_ai", lambda x: torch.special.airy_ai(x)),
+        ("aten::special_bessel_y0", lambda x: torch.special.bessel_y0(x + 1)),
     ]
     keys = {str(k) for k in LOWERINGS}
     for name, fn in candidates:
