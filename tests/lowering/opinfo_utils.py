@@ -1,4 +1,5 @@
-"""Shared helpers for the lowering tests: CPU-vs-reference comparison and OpInfo sweeps."""
+"""Shared helpers for the lowering tests: CPU-vs-reference comparison, OpInfo sweeps, and a
+recorder of the ATen ops a call dispatched."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import collections
 
 import torch
 from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_tpu.lowering.testing import ReferenceMode, run_reference
 
@@ -71,3 +73,16 @@ def opinfo_sweep(name: str, variant: str = "", dtypes=SWEEP_DTYPES, compare=None
             n += 1
     assert n > 0, f"no sample of {name} compared"
     return n
+
+
+class OpsCalled(TorchDispatchMode):
+    """Records the ATen overloads dispatched while active: `with OpsCalled() as called: ...`."""
+
+    def __enter__(self) -> set:
+        super().__enter__()
+        self.called: set = set()
+        return self.called
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.called.add(func)
+        return func(*args, **(kwargs or {}))

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_tpu
 import torch_tpu.lowering  # noqa: F401
 from torch_tpu.lowering.testing import ReferenceMode, run_reference
+
+from opinfo_utils import OpsCalled
 
 aten = torch.ops.aten
 TOL = {torch.float32: 2e-5, torch.float64: 1e-10, torch.bfloat16: 3e-2}
@@ -167,19 +168,6 @@ def test_pixel_shuffle_im2col() -> None:
 FLASH, MATH = 1, 0  # torch.nn.attention.SDPBackend values that torch._fused_sdp_choice returns
 
 
-class _OpsCalled(TorchDispatchMode):
-    """Records the ATen overloads dispatched while active."""
-
-    def __enter__(self) -> set:
-        super().__enter__()
-        self.called: set = set()
-        return self.called
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.called.add(func)
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("case", ["causal", "bool_mask", "float_mask", "masked_row", "mask_needs_grad", "gqa", "3d"])
 def test_sdpa_on_tpu_picks_a_kernel_and_matches_cpu(case: str) -> None:
     """F.scaled_dot_product_attention on tpu takes the flash kernel (its lowering: a few
@@ -219,7 +207,7 @@ def test_sdpa_on_tpu_picks_a_kernel_and_matches_cpu(case: str) -> None:
         tkwargs["attn_mask"] = mask.detach().to("tpu").requires_grad_(mask.requires_grad)
     assert torch._fused_sdp_choice(*tleaves, tkwargs.get("attn_mask"), 0.0, kwargs.get("is_causal", False),
                                    enable_gqa=kwargs.get("enable_gqa", False)) == want
-    with _OpsCalled() as called:  # what SDPA really ran, not only what the choice op answers
+    with OpsCalled() as called:  # what SDPA really ran, not only what the choice op answers
         tout = F.scaled_dot_product_attention(*tleaves, **tkwargs)
     assert (aten._scaled_dot_product_flash_attention_for_cpu.default in called) == (want == FLASH), called
     textra = [tkwargs["attn_mask"]] if extra else []

@@ -16,26 +16,14 @@ import warnings
 import pytest
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_tpu
+
+from opinfo_utils import OpsCalled
 
 aten = torch.ops.aten
 MODES = ["strict", "fused"]
 B, T, D, H = 3, 5, 8, 2
-
-
-class _OpsCalled(TorchDispatchMode):
-    """Records the ATen overloads dispatched while active (the fast-path checks still pass)."""
-
-    def __enter__(self) -> set:
-        super().__enter__()
-        self.called: set = set()
-        return self.called
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.called.add(func)
-        return func(*args, **(kwargs or {}))
 
 
 def _on_tpu(module: nn.Module) -> nn.Module:
@@ -84,7 +72,7 @@ def test_multihead_attention(mode: str, batch_first: bool, masks: str, weights: 
     with torch.no_grad(), torch_tpu.mode(mode):
         _assert_fastpath(tpu)
         want = cpu(x, x, x, **kwargs)
-        with _OpsCalled() as called:
+        with OpsCalled() as called:
             out, w = tpu(xt, xt, xt, **_tpu(kwargs))  # one tensor for q, k and v: self-attention
         out, w = out.cpu(), None if w is None else w.cpu()
     # The module takes the fused op only with batch_first (its own rule); otherwise the
@@ -142,7 +130,7 @@ def test_transformer_encoder_layer(mode: str, norm_first: bool, activation: str,
     with torch.no_grad(), torch_tpu.mode(mode):
         _assert_fastpath(tpu)
         want = cpu(x, **kwargs)
-        with _OpsCalled() as called:
+        with OpsCalled() as called:
             got = tpu(x.to("tpu"), **_tpu(kwargs)).cpu()
     assert aten._transformer_encoder_layer_fwd.default in called
     torch.testing.assert_close(got, want)
@@ -168,7 +156,7 @@ def test_transformer_encoder(mode: str, padding: bool) -> None:
         warnings.simplefilter("ignore", UserWarning)
         _assert_fastpath(tpu)
         want = cpu(x, **kwargs)
-        with _OpsCalled() as called:
+        with OpsCalled() as called:
             got = tpu(x.to("tpu"), **_tpu(kwargs)).cpu()
         cpu.use_nested_tensor = False
         want_dense = cpu(x, **kwargs)
