@@ -248,3 +248,21 @@ def test_row_lookups_and_row_sums_match_cpu_exactly(mode: str) -> None:
         assert torch.equal(got, torch.gather(table.detach(), 0, narrow_index))
         with pytest.raises(IndexError, match="out of bounds"):
             F.embedding(torch.tensor([[3, 16]], device="tpu"), t).cpu()
+
+
+@pytest.mark.parametrize("mode", ["bicubic", "trilinear"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("resize", [dict(scale_factor=2.0), dict(scale_factor=0.6), dict(size=7)])
+def test_bicubic_and_trilinear_upsampling_gradients_match_cpu(mode: str, align_corners: bool, resize: dict) -> None:
+    # float64: the same taps and weights as CPU's kernels, so the gradients agree to rounding.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn((2, 3, 5, 6) if mode == "bicubic" else (2, 3, 4, 5, 6), generator=g, dtype=torch.float64,
+                    requires_grad=True)
+    xt = x.detach().to("tpu").requires_grad_()
+    y = F.interpolate(x, mode=mode, align_corners=align_corners, **resize)
+    yt = F.interpolate(xt, mode=mode, align_corners=align_corners, **resize)
+    grad = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    y.backward(grad)
+    yt.backward(grad.to("tpu"))
+    torch.testing.assert_close(yt.detach().cpu(), y.detach())
+    torch.testing.assert_close(xt.grad.cpu(), x.grad)

@@ -707,12 +707,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     # no lowering: no lowering for aten::multilabel_margin_loss_backward — 1 entries, 2 checks
     ('nn.functional.multilabel_margin_loss', '', 'float32', 'grad'): 'no lowering for aten::multilabel_margin_loss_backward',
     ('nn.functional.multilabel_margin_loss', '', 'float64', 'grad'): 'no lowering for aten::multilabel_margin_loss_backward',
-    # no lowering: no lowering for aten::upsample_bicubic2d_backward — 1 entries, 2 checks
-    ('nn.functional.interpolate', 'bicubic', 'float32', 'grad'): 'no lowering for aten::upsample_bicubic2d_backward',
-    ('nn.functional.interpolate', 'bicubic', 'float64', 'grad'): 'no lowering for aten::upsample_bicubic2d_backward',
-    # no lowering: no lowering for aten::upsample_trilinear3d_backward — 1 entries, 2 checks
-    ('nn.functional.interpolate', 'trilinear', 'float32', 'grad'): 'no lowering for aten::upsample_trilinear3d_backward',
-    ('nn.functional.interpolate', 'trilinear', 'float64', 'grad'): 'no lowering for aten::upsample_trilinear3d_backward',
     # dtype not supported by the device (complex/uint64): TypeError: torch_tpu: dtype ComplexFloat is not supported on the tpu device (supported: float32, flo — 13 entries, 109 checks
     ('cfloat', '', 'bfloat16', 'strict'): 'TypeError: torch_tpu: dtype ComplexFloat is not supported on the tpu device (supported: float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool)',
     ('cfloat', '', 'bool', 'strict'): 'TypeError: torch_tpu: dtype ComplexFloat is not supported on the tpu device (supported: float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool)',

@@ -491,6 +491,69 @@ def upsample_linear1d_backward(b: GraphBuilder, go: Value, output_size: list[int
     return _upsample_linear_backward(b, go, output_size, input_size, align_corners, [baked_float(scales)])
 
 
+@register(aten.upsample_trilinear3d_backward.default, bake_scalars=True)
+def upsample_trilinear3d_backward(b: GraphBuilder, go: Value, output_size: list[int], input_size: list[int],
+                                  align_corners: bool, scales_d: Value | None, scales_h: Value | None,
+                                  scales_w: Value | None) -> Value:
+    return _upsample_linear_backward(b, go, output_size, input_size, align_corners,
+                                     [baked_float(scales_d), baked_float(scales_h), baked_float(scales_w)])
+
+
+def _cubic_taps(b: GraphBuilder, in_size: int, out_size: int, align_corners: bool, scale: float | None,
+                comp: torch.dtype) -> list[tuple[Value, Value]]:
+    """The 4 (index, weight) taps of bicubic interpolation along one dim, as CPU's kernel: the
+    source position is not clamped at 0, indices are clamped into the input (edge taps repeat),
+    and the weights are the cubic convolution coefficients (A = -0.75) of its fraction."""
+    n = out_size
+    if align_corners:
+        s = float(torch.tensor((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0, dtype=comp))
+        src = b.mul(b.convert(iota_i64(b, n), comp), full(b, s, comp, (n,)))
+    else:
+        s = _scale_for(in_size, out_size, scale, comp)
+        o = b.convert(iota_i64(b, n), comp)
+        src = b.sub(b.mul(b.add(o, full(b, 0.5, comp, (n,))), full(b, s, comp, (n,))), full(b, 0.5, comp, (n,)))
+    fl = b.floor(src)
+    t = b.sub(src, fl)
+    base = b.convert(fl, torch.int64)
+    a = -0.75
+
+    def c(v: float) -> Value:
+        return full(b, v, comp, (n,))
+
+    def near(x: Value) -> Value:  # |x| <= 1: ((A + 2) x - (A + 3)) x^2 + 1
+        return b.add(b.mul(b.sub(b.mul(c(a + 2), x), c(a + 3)), b.mul(x, x)), c(1))
+
+    def far(x: Value) -> Value:  # 1 < |x| < 2: ((A x - 5A) x + 8A) x - 4A
+        return b.sub(b.mul(b.add(b.mul(b.sub(b.mul(c(a), x), c(5 * a)), x), c(8 * a)), x), c(4 * a))
+
+    one_minus_t = b.sub(c(1), t)
+    weights = [far(b.add(t, c(1))), near(t), near(one_minus_t), far(b.add(one_minus_t, c(1)))]
+    taps = []
+    for k, w in enumerate(weights):
+        idx = b.add(base, b.full(k - 1, torch.int64, (n,)))
+        idx = b.min(b.max(idx, b.full(0, torch.int64, (n,))), b.full(in_size - 1, torch.int64, (n,)))
+        taps.append((idx, w))
+    return taps
+
+
+@register(aten.upsample_bicubic2d_backward.default, bake_scalars=True)
+def upsample_bicubic2d_backward(b: GraphBuilder, go: Value, output_size: list[int], input_size: list[int],
+                                align_corners: bool, scales_h: Value | None, scales_w: Value | None) -> Value:
+    """Each output's gradient back to its 4x4 input taps: separable, one dim at a time (the
+    2-D weights are products of the per-dim ones)."""
+    comp = opmath(go.dtype)
+    g = b.convert(go, comp)
+    scales = _bilinear_scales(scales_h, scales_w)
+    for i in reversed(range(2)):
+        d = 2 + i
+        out = None
+        for idx, w in _cubic_taps(b, input_size[d], output_size[i], align_corners, scales[i], comp):
+            part = _scatter_add_dim(b, b.mul(g, along(b, w, g.shape, d)), idx, d, input_size[d])
+            out = part if out is None else b.add(out, part)
+        g = out
+    return b.convert(g, go.dtype)
+
+
 # -- pixel shuffle, im2col/col2im --------------------------------------------------------------
 
 @register(aten.pixel_shuffle.default)
