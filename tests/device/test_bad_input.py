@@ -74,6 +74,7 @@ def test_writes_overlapping_their_inputs_raise_like_cpu(mode: str) -> None:
         "expanded copy": lambda a: a[:3].expand(2, 3).copy_(torch.ones(2, 3, device=a.device)),
         "expanded copy from host": lambda a: a[:3].expand(2, 3).copy_(torch.ones(2, 3)),
         "resized out= that is an input": lambda a: torch.cat([a, a], out=a),
+        "foreach element 1": lambda a: torch._foreach_add_([a[:2].clone(), a[1:]], [a[:2].clone(), a[:-1]]),
     }
     with torch_tpu.mode(mode):
         for device in ("tpu", "cpu"):  # CPU raises the same error
