@@ -406,20 +406,26 @@ _register_nearest(3, aten._upsample_nearest_exact3d.default, aten._upsample_near
                   aten._upsample_nearest_exact3d_backward.default, True)
 
 
+def _source_position(b: GraphBuilder, in_size: int, out_size: int, align_corners: bool, scale: float | None,
+                     comp: torch.dtype) -> Value:
+    """CPU's area_pixel_compute_source_index before its clamp: the input position each output
+    position samples, in the accumulation dtype."""
+    n = out_size
+    o = b.convert(iota_i64(b, n), comp)
+    if align_corners:
+        s = float(torch.tensor((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0, dtype=comp))
+        return b.mul(o, full(b, s, comp, (n,)))
+    s = _scale_for(in_size, out_size, scale, comp)
+    return b.sub(b.mul(b.add(o, full(b, 0.5, comp, (n,))), full(b, s, comp, (n,))), full(b, 0.5, comp, (n,)))
+
+
 def _linear_taps(b: GraphBuilder, in_size: int, out_size: int, align_corners: bool, scale: float | None,
                  comp: torch.dtype) -> tuple[Value, Value, Value, Value]:
     """(i0, i1, w0, w1) for linear interpolation along one dim, following CPU's
     area_pixel_compute_source_index + guard_index_and_lambda in the accumulation dtype."""
     n = out_size
-    if align_corners:
-        s = float(torch.tensor((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0, dtype=comp))
-    else:
-        s = _scale_for(in_size, out_size, scale, comp)
-    o = b.convert(iota_i64(b, n), comp)
-    if align_corners:
-        src = b.mul(o, full(b, s, comp, (n,)))
-    else:
-        src = b.sub(b.mul(b.add(o, full(b, 0.5, comp, (n,))), full(b, s, comp, (n,))), full(b, 0.5, comp, (n,)))
+    src = _source_position(b, in_size, out_size, align_corners, scale, comp)
+    if not align_corners:  # linear (not cubic) clamps the position at 0
         src = b.max(src, full(b, 0, comp, (n,)))
     i0 = b.min(b.convert(b.floor(src), torch.int64), b.full(in_size - 1, torch.int64, (n,)))
     lam = b.sub(src, b.convert(i0, comp))
@@ -505,13 +511,7 @@ def _cubic_taps(b: GraphBuilder, in_size: int, out_size: int, align_corners: boo
     source position is not clamped at 0, indices are clamped into the input (edge taps repeat),
     and the weights are the cubic convolution coefficients (A = -0.75) of its fraction."""
     n = out_size
-    if align_corners:
-        s = float(torch.tensor((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0, dtype=comp))
-        src = b.mul(b.convert(iota_i64(b, n), comp), full(b, s, comp, (n,)))
-    else:
-        s = _scale_for(in_size, out_size, scale, comp)
-        o = b.convert(iota_i64(b, n), comp)
-        src = b.sub(b.mul(b.add(o, full(b, 0.5, comp, (n,))), full(b, s, comp, (n,))), full(b, 0.5, comp, (n,)))
+    src = _source_position(b, in_size, out_size, align_corners, scale, comp)
     fl = b.floor(src)
     t = b.sub(src, fl)
     base = b.convert(fl, torch.int64)

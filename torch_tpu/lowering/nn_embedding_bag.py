@@ -15,7 +15,7 @@ import torch
 
 from ..ir.builder import GraphBuilder, Value
 from .core import opmath
-from .nn import check, full
+from .nn import _take_rows, check, full
 from .registry import register
 
 aten = torch.ops.aten
@@ -42,11 +42,6 @@ def _in_bag(b: GraphBuilder, o2b: Value) -> tuple[Value, Value]:
     n = o2b.shape[0]
     valid = b.compare("ge", o2b, full(b, 0, torch.int64, (n,)))
     return valid, b.select(valid, o2b, full(b, 0, torch.int64, (n,)))
-
-
-def _rows(b: GraphBuilder, table: Value, idx: Value) -> Value:
-    n, d = idx.shape[0], table.shape[1]
-    return b.gather(table, b.broadcast_in_dim(idx, (n, d), (0,)), 0)
 
 
 def _per_bag(b: GraphBuilder, values: Value, o2b: Value, bags: int, mode: str, init: float) -> Value:
@@ -103,7 +98,7 @@ def embedding_bag(b: GraphBuilder, weight: Value, indices: Value, offsets: Value
     _, o2b = _in_bag(b, o2b)  # excluded indices are masked by `kept` below
     size = _bag_size(b, o2b, kept, bags)
     keep2 = b.broadcast_in_dim(kept, (n, d), (0,))
-    rows = b.convert(_rows(b, weight, idx), comp)
+    rows = b.convert(_take_rows(b, weight, idx), comp)
     if mode == _MAX:
         masked = b.select(keep2, rows, full(b, float("-inf"), comp, (n, d)))
         best = _per_bag(b, masked, o2b, bags, "max", float("-inf"))
@@ -180,7 +175,7 @@ def embedding_bag_per_sample_weights_backward(b: GraphBuilder, grad: Value, weig
     idx = b.convert(indices, torch.int64)
     valid, o2b = _in_bag(b, b.convert(offset2bag, torch.int64))
     per = b.gather(b.convert(grad, comp), b.broadcast_in_dim(o2b, (n, d), (0,)), 0)
-    rows = b.convert(_rows(b, weight, idx), comp)
+    rows = b.convert(_take_rows(b, weight, idx), comp)
     dot = b.select(valid, b.reduce(b.mul(per, rows), "sum", [1]), full(b, 0, comp, (n,)))
     if padding_idx >= 0:
         pad = b.compare("eq", idx, full(b, padding_idx, torch.int64, (n,)))
