@@ -43,6 +43,8 @@ at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArr
                       std::optional<int64_t> storage_offset);
 at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride);
 at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step);
+at::Tensor view_as_real(const at::Tensor& self);
+at::Tensor view_as_complex(const at::Tensor& self);
 
 // copy.cpp
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking);

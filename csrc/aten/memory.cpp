@@ -25,11 +25,12 @@ c10::DeviceIndex target_device(std::optional<c10::Device> device) {
 }
 
 void check_dtype(c10::ScalarType dtype) {
-  TPU_CHECK_TYPE(!c10::isComplexType(dtype) && !c10::isQIntType(dtype) && !c10::isBitsType(dtype) &&
-                     !c10::isFloat8Type(dtype) && dtype != c10::kUInt16 && dtype != c10::kUInt32 &&
-                     dtype != c10::kUInt64 && dtype != c10::kComplexHalf,
-                 "dtype ", dtype, " is not supported on the tpu device (supported: float32, float64, float16, "
-                 "bfloat16, int64, int32, int16, int8, uint8, bool)");
+  TPU_CHECK_TYPE(!c10::isQIntType(dtype) && !c10::isBitsType(dtype) && !c10::isFloat8Type(dtype) &&
+                     dtype != c10::kUInt16 && dtype != c10::kUInt32 && dtype != c10::kUInt64 &&
+                     dtype != c10::kComplexHalf,
+                 "dtype ", dtype,
+                 " is not supported on the tpu device (supported: float32, float64, float16, "
+                 "bfloat16, int64, int32, int16, int8, uint8, bool, complex64, complex128)");
 }
 
 // Hands out no memory: an efficient zero tensor has none (its ZeroTensor key stands for zeros).

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ir/graph.h"
@@ -32,6 +33,12 @@ struct NewTensorSpec {
   // backward, which the host runtime computes channels-last (torch_tpu/compile/backend.py).
   bool channels_last = false;
 };
+
+// The new tensor a result node fills: the node's own dtype and shape, or for a complex tensor
+// (`complex_dtype` is complex64/complex128) the node is its view_as_real: [..., 2] of the parts.
+NewTensorSpec new_tensor_for(const ir::Node& node, std::optional<c10::ScalarType> complex_dtype);
+// True when `spec` is what new_tensor_for gives for `node` (one of the two forms).
+bool spec_matches_node(const NewTensorSpec& spec, const ir::Node& node);
 
 // A view of a binding's tensor, as traced: the view's sizes, strides and storage offset
 // (relative to the binding's), and the binding's sizes and strides it assumes.

@@ -212,7 +212,9 @@ Program deserialize_program(std::string_view bytes) {
   for (size_t i = 0; i < news; ++i) {
     NewTensorSpec t;
     auto dtype = r.get<int8_t>("new tensor dtype");
-    TPU_CHECK(ir::is_valid_dtype(dtype), "program entry: new tensor dtype code ", static_cast<int>(dtype));
+    TPU_CHECK(ir::is_valid_dtype(dtype) || dtype == static_cast<int8_t>(c10::kComplexFloat) ||
+                  dtype == static_cast<int8_t>(c10::kComplexDouble),
+              "program entry: new tensor dtype code ", static_cast<int>(dtype));
     t.dtype = static_cast<c10::ScalarType>(dtype);
     t.shape = r.get_vec<int64_t>("new tensor shape");
     for (int64_t d : t.shape) TPU_CHECK(d >= 0, "program entry: new tensor with a negative dimension");
@@ -228,8 +230,8 @@ Program deserialize_program(std::string_view bytes) {
               o.new_index, " out of range");
     const auto& spec = p.new_tensors[static_cast<size_t>(o.new_index)];
     const auto& node = p.graph.node(o.node);
-    TPU_CHECK(spec.shape == node.shape && static_cast<int>(spec.dtype) == static_cast<int>(node.dtype),
-              "program entry: new tensor ", o.new_index, " does not match node %", o.node);
+    TPU_CHECK(spec_matches_node(spec, node), "program entry: new tensor ", o.new_index, " does not match node %",
+              o.node);
   }
   size_t returns = r.count(kMinReturnBytes, "return");
   // Binding indices are checked against the call's bindings by the caller (validate_bindings);

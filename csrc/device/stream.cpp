@@ -211,6 +211,8 @@ const char* flush_cause_name(FlushCause cause) {
       return "slow_start";
     case FlushCause::kOptimizerStep:
       return "optimizer_step";
+    case FlushCause::kComplex:
+      return "complex";
     case FlushCause::kCount: break;
   }
   return "?";

@@ -33,8 +33,17 @@ constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 
 // Key word tags: every argument contributes a tag so different argument shapes never collide.
 enum Tag : int64_t {
-  kTagTensor = 1, kTagNone, kTagScalar, kTagInt, kTagList, kTagDouble, kTagBool, kTagString,
-  kTagDevice, kTagGenerator,
+  kTagTensor = 1,
+  kTagNone,
+  kTagScalar,
+  kTagInt,
+  kTagList,
+  kTagDouble,
+  kTagBool,
+  kTagString,
+  kTagDevice,
+  kTagGenerator,
+  kTagMathBits = 1000,  // + 1 (conj) + 2 (neg): above any rank, which is mixed next
 };
 
 CompileHook g_compile_hook = nullptr;
@@ -148,16 +157,20 @@ void add_scalar_binding(CallState& st, const c10::Scalar& s, c10::ScalarType dty
   runtime::Binding b;
   b.kind = runtime::Binding::Kind::Scalar;
   b.dtype = dtype;
+  const bool complex = c10::isComplexType(dtype) || s.isComplex();
   if (c10::isFloatingType(dtype)) {
     b.d = s.toDouble();
-  } else if (c10::isComplexType(dtype) || s.isComplex()) {
-    TPU_CHECK_TYPE(false, "complex numbers are not supported on the tpu device");
-  } else {
+  } else if (!complex) {
     b.i = s.toLong();
   }
   mix(st, kTagScalar);
   mix(st, static_cast<int64_t>(dtype));
   mix(st, wrapped);
+  if (complex) {  // always baked into the program (lowering/bridge.py): the key holds the value
+    const auto z = s.toComplexDouble();
+    mix(st, double_bits(z.real()));
+    mix(st, double_bits(z.imag()));
+  }
   // Identity values (alpha=1, beta=0, +1) are specialized: the lowering sees a constant and
   // can drop the multiply. Other values stay runtime inputs, so a changing lr never recompiles.
   mix(st, scalar_special(b));
@@ -170,8 +183,10 @@ void add_scalar_binding(CallState& st, const c10::Scalar& s, c10::ScalarType dty
 
 // A Scalar argument (or an element of a Scalar[]): a Python number, as double, bool or int64.
 void add_python_scalar(CallState& st, const c10::Scalar& s, const OpInfo& info) {
-  TPU_CHECK_TYPE(!s.isComplex(), "complex scalars are not supported on the tpu device (", info.qualname, ")");
-  c10::ScalarType dtype = s.isFloatingPoint() ? c10::kDouble : s.isBoolean() ? c10::kBool : c10::kLong;
+  c10::ScalarType dtype = s.isComplex()         ? c10::kComplexDouble
+                          : s.isFloatingPoint() ? c10::kDouble
+                          : s.isBoolean()       ? c10::kBool
+                                                : c10::kLong;
   add_scalar_binding(st, s, dtype, true, info.bake_scalars);
 }
 
@@ -195,6 +210,8 @@ void add_tensor(CallState& st, const at::Tensor& t, const OpInfo& info, size_t a
   if (any_poisoned()) check_not_poisoned(t);
   mix(st, kTagTensor);
   mix(st, static_cast<int64_t>(t.scalar_type()));
+  // PyTorch's lazy conj() and neg views: the program applies them (lowering/bridge.py).
+  if (t.is_conj() || t.is_neg()) mix(st, kTagMathBits + (t.is_conj() ? 1 : 0) + (t.is_neg() ? 2 : 0));
   mix(st, t.dim());
   for (auto s : t.sizes()) mix(st, s);
   st.bindings.push_back(tensor_binding(t));
@@ -405,8 +422,11 @@ at::MemoryFormat result_format(const OpInfo& info, const CallState& st, c10::Arr
 // functional op would give its result (a channels-last input gives a channels-last result, so
 // `torch.abs(x)`, whose composite calls abs.out on an empty tensor, keeps x's layout). Resizing
 // flushes fused work first, or waits for queued work, when the memory may move.
-void resize_out(at::Tensor& t, const std::vector<int64_t>& shape, const OpInfo& info, const CallState& st,
+void resize_out(at::Tensor& t, const std::vector<int64_t>& node_shape, const OpInfo& info, const CallState& st,
                 c10::ArrayRef<c10::IValue> args, size_t k) {
+  // A complex tensor is written through its view_as_real: the node has a trailing dim of 2.
+  const c10::IntArrayRef shape =
+      t.is_complex() ? c10::IntArrayRef(node_shape).slice(0, node_shape.size() - 1) : c10::IntArrayRef(node_shape);
   if (t.sizes().equals(shape)) return;
   // Resizing may move the memory that an argument sharing it is read from (`torch.cat([a, a], out=a)`).
   for (const at::Tensor& other : st.tensors) {
@@ -453,6 +473,16 @@ void check_no_partial_overlap(const at::Tensor& written, int32_t target, const C
   }
 }
 
+bool touches_complex(const compiler::Program& prog, const CallState& st) {
+  for (const at::Tensor& t : st.tensors) {
+    if (t.defined() && t.is_complex()) return true;
+  }
+  for (const auto& spec : prog.new_tensors) {
+    if (c10::isComplexType(spec.dtype)) return true;
+  }
+  return false;
+}
+
 void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info, CallState& st, size_t nargs,
              torch::jit::Stack* stack) {
   runtime::RngState rng = reserve_rng(*prog, st.generator, st.device.index());
@@ -463,7 +493,11 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
     const auto& spec = prog->new_tensors[k];
     news.push_back(new_device_tensor(spec, st.device.index(), result_format(info, st, args, k, spec.shape)));
   }
-  if (mode() == Mode::Fused) {
+  // Fused graphs track memory in the tensors' own element types; an op on complex tensors binds
+  // them as their real parts, so it runs as its own program, after the pending work.
+  if (mode() == Mode::Fused && touches_complex(*prog, st)) {
+    device::flush_pending(st.device.index(), device::FlushCause::kComplex);
+  } else if (mode() == Mode::Fused) {
     for (size_t k = 0; k < prog->outputs.size(); ++k) {
       const auto& o = prog->outputs[k];
       if (o.target < 0) continue;
@@ -514,6 +548,12 @@ runtime::Binding tensor_binding(const at::Tensor& t) {
   b.data = t.numel() ? static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize() : nullptr;
   b.sizes.assign(t.sizes().begin(), t.sizes().end());
   b.strides.assign(t.strides().begin(), t.strides().end());
+  if (c10::isComplexType(b.dtype)) {  // bound as its view_as_real: the runtimes are real-only
+    b.dtype = c10::toRealValueType(b.dtype);
+    for (auto& s : b.strides) s *= 2;
+    b.sizes.push_back(2);
+    b.strides.push_back(1);
+  }
   return b;
 }
 

@@ -1,9 +1,11 @@
 // Python bindings for execution: modes, metrics, the program cache, the environment registry,
 // and the lowering bridge (the compile hook that calls torch_tpu.lowering on a cache miss).
+#include <pybind11/complex.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <cmath>
+#include <complex>
 
 #include "common/config.h"
 #include "compiler/program_cache.h"
@@ -28,10 +30,17 @@ py::object tensor_desc(const at::Tensor& t, int32_t& binding) {
   if (t.device().type() == c10::DeviceType::PrivateUse1) {
     py::tuple shape(t.dim());
     for (int64_t i = 0; i < t.dim(); ++i) shape[i] = t.size(i);
-    return py::make_tuple("T", binding++, static_cast<int>(t.scalar_type()), shape);
+    const int bits = (t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0);
+    return py::make_tuple("T", binding++, static_cast<int>(t.scalar_type()), shape, bits);
   }
   // A CPU 0-d tensor: a runtime scalar.
   auto s = t.item();
+  if (s.isComplex()) {  // baked: exec/dispatch.cpp keys on its value
+    auto z = s.toComplexDouble();
+    return py::make_tuple("S", binding++, static_cast<int>(t.scalar_type()),
+                          t.unsafeGetTensorImpl()->is_wrapped_number(), std::complex<double>(z.real(), z.imag()),
+                          false);
+  }
   py::object value = s.isFloatingPoint() ? py::object(py::float_(s.toDouble()))
                      : s.isBoolean()     ? py::object(py::bool_(s.toBool()))
                                          : py::object(py::int_(s.toLong()));
@@ -43,6 +52,11 @@ py::object tensor_desc(const at::Tensor& t, int32_t& binding) {
 
 // A Scalar argument (or one element of a Scalar[]) bound as runtime input `binding`.
 py::tuple scalar_desc(const c10::Scalar& s, int32_t binding) {
+  if (s.isComplex()) {
+    auto z = s.toComplexDouble();
+    return py::make_tuple("S", binding, static_cast<int>(c10::kComplexDouble), true,
+                          std::complex<double>(z.real(), z.imag()), false);
+  }
   if (s.isFloatingPoint()) {
     double d = s.toDouble();
     bool special = d == 1.0 || (d == 0.0 && !std::signbit(d));
@@ -132,8 +146,9 @@ std::shared_ptr<compiler::Program> compile_with_python(const c10::OperatorHandle
       spec.target = t[1].cast<int32_t>();
       if (spec.target < 0) {
         spec.new_index = new_count++;
-        const auto& node = prog->graph.node(spec.node);
-        prog->new_tensors.push_back({static_cast<c10::ScalarType>(node.dtype), node.shape});
+        std::optional<c10::ScalarType> complex_dtype;
+        if (t.size() > 2) complex_dtype = static_cast<c10::ScalarType>(t[2].cast<int>());
+        prog->new_tensors.push_back(compiler::new_tensor_for(prog->graph.node(spec.node), complex_dtype));
       }
       prog->outputs.push_back(spec);
       output_nodes.push_back(spec.node);

@@ -20,7 +20,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..ir.builder import GraphBuilder, Value
-from .registry import lookup, op_key
+from .complex_value import ComplexValue, complex_args, complex_constant
+from .registry import COMPLEX_LOWERINGS, lookup, op_key
 
 
 class NeedsBakedScalars(Exception):
@@ -78,7 +79,7 @@ def _dtypes_of(args: Sequence) -> str:
     seen = []
     for a in args:
         for v in (a if isinstance(a, (list, tuple)) else [a]):
-            if isinstance(v, Value) and not v.wrapped and v.dtype not in seen:
+            if isinstance(v, (Value, ComplexValue)) and not v.wrapped and v.dtype not in seen:
                 seen.append(v.dtype)
     return ", ".join(str(d).removeprefix("torch.") for d in seen) or "no tensor inputs"
 
@@ -91,13 +92,15 @@ def not_implemented(op: torch._ops.OpOverload, args: Sequence) -> NotImplemented
 
 def _is_number_for_tensor(x, schema_type) -> bool:
     """A Python number where the schema takes a Tensor (PyTorch wraps it as a 0-d tensor)."""
-    return isinstance(x, (bool, int, float)) and str(schema_type) in ("Tensor", "Optional[Tensor]")
+    return isinstance(x, (bool, int, float, complex)) and str(schema_type) in ("Tensor", "Optional[Tensor]")
 
 
 def _as_value(b: GraphBuilder, x, schema_type) -> Value | None:
     """Python numbers passed for Scalar/float arguments become wrapped constants."""
-    if x is None or isinstance(x, Value):
+    if x is None or isinstance(x, (Value, ComplexValue)):
         return x
+    if isinstance(x, complex):
+        return complex_constant(b, x, torch.complex128, wrapped=True)
     if isinstance(x, bool):
         v = b.constant(x, torch.bool)
     elif isinstance(x, int):
@@ -123,7 +126,8 @@ def apply_lowering(b: GraphBuilder, op: torch._ops.OpOverload, args: list) -> tu
             for a, arg in zip(args, schema.arguments)]
     mut = [i for i, a in enumerate(schema.arguments) if _is_write(a)]
     mut += UNANNOTATED_MUTATIONS.get(op_key(op), ())
-    fn = lookup(op)
+    # A complex value (or dtype) selects the complex table: real lowerings never see one.
+    fn = COMPLEX_LOWERINGS.get(op_key(op)) if complex_args(args) else lookup(op)
     if fn is not None:
         out = fn(b, *args)
     elif mut:
@@ -131,15 +135,22 @@ def apply_lowering(b: GraphBuilder, op: torch._ops.OpOverload, args: list) -> tu
         if func is None:
             raise not_implemented(op, args)
         names = [a.name for a in schema.arguments]
-        out_dtype = next((args[i].dtype for i in mut if isinstance(args[i], Value)), None)
+        out_dtype = next((args[i].dtype for i in mut if isinstance(args[i], (Value, ComplexValue))), None)
         fargs = [args[names.index(a.name)] if a.name in names else (out_dtype if a.name == "dtype" else None)
                  for a in func._schema.arguments]
         rets, _ = apply_lowering(b, func, fargs)
         out = rets
+    elif complex_args(args):
+        # A decomposition reaching an op without a complex lowering names that op (prims::cosh);
+        # the user called this one.
+        try:
+            out = trace_decomposition(b, op, args)
+        except NotImplementedError as e:
+            raise not_implemented(op, args) from e
     else:
         out = trace_decomposition(b, op, args)
     if not isinstance(out, (tuple, list)) or (len(schema.returns) == 1 and str(schema.returns[0].type) == "List[Tensor]"
-                                               and (not out or isinstance(out[0], Value))):
+                                               and (not out or isinstance(out[0], (Value, ComplexValue)))):
         out = [out]
     out = list(out)
 
@@ -291,7 +302,7 @@ def trace_decomposition(b: GraphBuilder, op: torch._ops.OpOverload, args: list):
     keep = []
 
     def to_meta(x):
-        if isinstance(x, Value):
+        if isinstance(x, (Value, ComplexValue)):
             if x.wrapped:
                 c = getattr(x, "const", None)
                 if c is None:

@@ -1,7 +1,10 @@
 """Entry point the C++ dispatcher calls on a program-cache miss (never on a hit).
 
 The C++ boxed kernel describes each schema argument of the ATen call:
-  ("T", binding, scalar_type_code, shape)         a tpu tensor (program input `binding`)
+  ("T", binding, scalar_type_code, shape, bits)   a tpu tensor (program input `binding`); bits:
+                                                  1 conjugate view, 2 negative view (PyTorch's
+                                                  lazy conj()/neg bits, applied here); a complex
+                                                  tensor is bound as its view_as_real
   ("S", binding, scalar_type_code, wrapped, value, special)
                                                   a runtime scalar (Scalar/float arg, 0-d CPU tensor);
                                                   special: the key specialized its value (0 or 1),
@@ -10,8 +13,9 @@ The C++ boxed kernel describes each schema argument of the ATen call:
   anything else                                    the Python value (baked into the key)
 and gets back ``(nodes, outputs, returns, rng_counters, baked)``:
   nodes    GraphBuilder.serialize()
-  outputs  [(node_id, target)]: target >= 0 writes the tensor of that binding (converting the
-           dtype, resizing an out= tensor whose size differs), -1 allocates the next new tensor
+  outputs  [(node_id, target[, dtype_code])]: target >= 0 writes the tensor of that binding
+           (converting the dtype, resizing an out= tensor whose size differs), -1 allocates the
+           next new tensor; dtype_code marks a complex new tensor (the node is its view_as_real)
   returns  one entry per schema return: int k (new tensor k), ("b", binding) (an argument
            returned as is), None (an undefined tensor), or a list of those (Tensor[] returns)
   baked    True when scalars had to be baked in (the caller then keys on their values)
@@ -25,6 +29,7 @@ import torch
 
 from ..ir.builder import DTYPE_FROM_CODE, GraphBuilder, Value
 from .apply import NeedsBakedScalars, apply_lowering
+from .complex_value import ComplexValue, complex_constant, from_pair, real_dtype, to_pair
 from .registry import BAKE_SCALARS, op_key
 
 try:  # Dynamo's frame hook (a C function: importing it does not import torch._dynamo)
@@ -44,20 +49,45 @@ def resolve_op(qualname: str, overload: str) -> torch._ops.OpOverload:
     return getattr(packet, overload or "default")
 
 
-def _materialize(b: GraphBuilder, desc, arg, bake: bool, bindings: dict[int, int]):
+_CONJ, _NEG = 1, 2
+
+
+def _math_bits(b: GraphBuilder, v: Value | ComplexValue, bits: int) -> Value | ComplexValue:
+    """The value a conj()/neg view stands for; both are involutions, so also the value to store
+    through such a view."""
+    if isinstance(v, ComplexValue):
+        re, im = v.re, v.im
+        if bits & _NEG:
+            re = b.unary("neg", re)
+        if bool(bits & _CONJ) != bool(bits & _NEG):
+            im = b.unary("neg", im)
+        return ComplexValue(re, im)
+    return b.unary("neg", v) if bits & _NEG else v
+
+
+def _materialize(b: GraphBuilder, desc, arg, bake: bool, bindings: dict[int, int], bits_of: dict[int, int]):
     if isinstance(desc, tuple) and desc and desc[0] == "T":
-        _, binding, code, shape = desc
-        v = b.parameter(binding, DTYPE_FROM_CODE[code], shape)
-        bindings[v.id] = binding
+        _, binding, code, shape, bits = desc
+        dtype = _SCALAR_TYPES[code]
+        if dtype.is_complex:  # bound as its view_as_real (csrc/exec/dispatch.cpp tensor_binding)
+            v = from_pair(b, b.parameter(binding, real_dtype(dtype), tuple(shape) + (2,)))
+        else:
+            v = b.parameter(binding, dtype, shape)
+        if bits:
+            v = _math_bits(b, v, bits)
+        bindings[id(v)] = binding
+        bits_of[binding] = bits
         return v
     if isinstance(desc, tuple) and desc and desc[0] == "S":
         _, binding, code, wrapped, value, special = desc
-        dtype = DTYPE_FROM_CODE[code]
+        dtype = _SCALAR_TYPES[code]
+        if dtype.is_complex:  # complex scalars are always baked (the key holds their value)
+            return complex_constant(b, value, dtype, bool(wrapped))
         v = b.constant(value, dtype) if bake or special else b.parameter(binding, dtype, ())
         v.wrapped = bool(wrapped)
         return v
     if isinstance(desc, list) and any(isinstance(d, tuple) for d in desc):
-        return [None if d is None else _materialize(b, d, arg, bake, bindings) for d in desc]
+        return [None if d is None else _materialize(b, d, arg, bake, bindings, bits_of) for d in desc]
     t = str(arg.real_type)  # .type shows ScalarType as int
     if isinstance(desc, int) and "ScalarType" in t:
         return _SCALAR_TYPES[desc]
@@ -90,23 +120,38 @@ def _lower_op(qualname: str, overload: str, descs: list) -> tuple:
 def _lower(op: torch._ops.OpOverload, descs: list, bake: bool) -> tuple:
     b = GraphBuilder()
     schema = op._schema
-    bindings: dict[int, int] = {}  # parameter node id -> binding
-    args = [_materialize(b, d, a, bake, bindings) for d, a in zip(descs, schema.arguments)]
+    bindings: dict[int, int] = {}  # id() of an argument's value -> its binding
+    bits_of: dict[int, int] = {}  # binding -> conj/neg bits
+    args = [_materialize(b, d, a, bake, bindings, bits_of) for d, a in zip(descs, schema.arguments)]
     returns, mutations = apply_lowering(b, op, args)
 
-    outputs: list[tuple[int, int]] = []
+    outputs: list[tuple[int, ...]] = []
     new_count = 0
 
-    def new_tensor(v: Value) -> int:
+    def new_tensor(v: Value | ComplexValue) -> int:
         nonlocal new_count
-        if not isinstance(v, Value):
+        if isinstance(v, ComplexValue):
+            outputs.append((to_pair(b, v).id, -1, _SCALAR_TYPES.index(v.dtype)))
+        elif isinstance(v, Value):
+            outputs.append((v.id, -1))
+        else:
             raise NotImplementedError(f"torch_tpu: {op_key(op)} returns a non-tensor value ({type(v).__name__})")
-        outputs.append((v.id, -1))
         new_count += 1
         return new_count - 1
 
-    def binding_of(x: Value) -> int:
-        return bindings[x.id]
+    def binding_of(x: Value | ComplexValue) -> int:
+        return bindings[id(x)]
+
+    def write(target: Value | ComplexValue, v: Value | ComplexValue) -> None:
+        binding = binding_of(target)
+        if isinstance(target, ComplexValue):
+            if not isinstance(v, ComplexValue):
+                re = b.convert(v, real_dtype(target.dtype))
+                v = ComplexValue(re, b.full(0, re.dtype, re.shape))
+            v = to_pair(b, _math_bits(b, v, bits_of[binding]))
+        elif bits_of[binding]:
+            v = _math_bits(b, v, bits_of[binding])
+        outputs.append((v.id, binding))
 
     codes = []
     for r in returns:
@@ -124,7 +169,7 @@ def _lower(op: torch._ops.OpOverload, descs: list, bake: bool) -> tuple:
         if isinstance(target, list):
             for t, v in zip(target, nv):
                 if t is not None and v is not None:
-                    outputs.append((v.id, binding_of(t)))
+                    write(t, v)
         else:
-            outputs.append((nv.id, binding_of(target)))
+            write(target, nv)
     return b.serialize(), outputs, codes, b.rng_counters, bake

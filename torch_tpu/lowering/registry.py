@@ -34,6 +34,9 @@ LoweringFn = Callable[..., object]
 
 LOWERINGS: dict[str, LoweringFn] = {}
 
+# Lowerings used when a call sees a complex tensor or asks for a complex dtype (complex_ops.py).
+COMPLEX_LOWERINGS: dict[str, LoweringFn] = {}
+
 # Ops whose Scalar arguments decide output shapes (arange): their scalars are baked in.
 BAKE_SCALARS: set[str] = set()
 
@@ -165,5 +168,5 @@ def is_user_lowering(op) -> bool:
     return isinstance(op, torch._ops.OpOverload) and op_key(op) in USER_LOWERINGS
 
 
-__all__ = ["GraphBuilder", "LOWERINGS", "BAKE_SCALARS", "USER_LOWERINGS", "register", "register_lowering", "lookup",
+__all__ = ["GraphBuilder", "LOWERINGS", "COMPLEX_LOWERINGS", "BAKE_SCALARS", "USER_LOWERINGS", "register", "register_lowering", "lookup",
            "op_key", "is_user_lowering"]
