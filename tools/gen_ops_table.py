@@ -34,7 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS_DIR = os.path.join(ROOT, "tests", "ops")
 sys.path.insert(0, OPS_DIR)
 
-ALL_DTYPE_NAMES = ("float32", "bfloat16", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+ALL_DTYPE_NAMES = ("float32", "bfloat16", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool",
+                   "complex64")
 # (mode, dtype) columns of the full sweep, in table order.
 FULL_COLUMNS = ([("strict", d) for d in ALL_DTYPE_NAMES]
                 + [("debug", "float32"), ("grad", "float32"), ("grad", "float64"), ("gradcheck", "float64")])

@@ -211,8 +211,6 @@ const char* flush_cause_name(FlushCause cause) {
       return "slow_start";
     case FlushCause::kOptimizerStep:
       return "optimizer_step";
-    case FlushCause::kComplex:
-      return "complex";
     case FlushCause::kCount: break;
   }
   return "?";

@@ -78,7 +78,6 @@ enum class FlushCause : uint8_t {
   kResize,         // a tensor with pending writes is resized or re-pointed
   kSlowStart,      // fused mode's first graphs after the host waited are cut small
   kOptimizerStep,  // an optimizer's step() ended: the next step's graphs start at its first op
-  kComplex,        // an op on complex tensors: it runs as its own program (exec/dispatch.cpp)
   kCount
 };
 const char* flush_cause_name(FlushCause cause);

@@ -473,16 +473,6 @@ void check_no_partial_overlap(const at::Tensor& written, int32_t target, const C
   }
 }
 
-bool touches_complex(const compiler::Program& prog, const CallState& st) {
-  for (const at::Tensor& t : st.tensors) {
-    if (t.defined() && t.is_complex()) return true;
-  }
-  for (const auto& spec : prog.new_tensors) {
-    if (c10::isComplexType(spec.dtype)) return true;
-  }
-  return false;
-}
-
 void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info, CallState& st, size_t nargs,
              torch::jit::Stack* stack) {
   runtime::RngState rng = reserve_rng(*prog, st.generator, st.device.index());
@@ -493,11 +483,7 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
     const auto& spec = prog->new_tensors[k];
     news.push_back(new_device_tensor(spec, st.device.index(), result_format(info, st, args, k, spec.shape)));
   }
-  // Fused graphs track memory in the tensors' own element types; an op on complex tensors binds
-  // them as their real parts, so it runs as its own program, after the pending work.
-  if (mode() == Mode::Fused && touches_complex(*prog, st)) {
-    device::flush_pending(st.device.index(), device::FlushCause::kComplex);
-  } else if (mode() == Mode::Fused) {
+  if (mode() == Mode::Fused) {
     for (size_t k = 0; k < prog->outputs.size(); ++k) {
       const auto& o = prog->outputs[k];
       if (o.target < 0) continue;

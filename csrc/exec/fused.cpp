@@ -425,6 +425,30 @@ struct Resolution {
   std::vector<ir::Node> transform;
 };
 
+// A tensor's memory as programs see it (exec::tensor_binding): a complex tensor is its
+// view_as_real, so pending values and reads of one storage agree in element type and units
+// whether they go through the complex tensor or a float view of it.
+struct Geometry {
+  c10::ScalarType dtype;
+  int64_t offset;
+  c10::SmallVector<int64_t, 6> sizes, strides;
+};
+
+Geometry geometry(const at::Tensor& t) {
+  Geometry g{t.scalar_type(),
+             t.storage_offset(),
+             {t.sizes().begin(), t.sizes().end()},
+             {t.strides().begin(), t.strides().end()}};
+  if (c10::isComplexType(g.dtype)) {
+    g.dtype = c10::toRealValueType(g.dtype);
+    g.offset *= 2;
+    for (auto& s : g.strides) s *= 2;
+    g.sizes.push_back(2);
+    g.strides.push_back(1);
+  }
+  return g;
+}
+
 Resolution resolve(const Pending& p, const at::Tensor& t) {
   Resolution r;
   if (t.numel() == 0) return r;  // nothing to read: a load of no memory
@@ -432,17 +456,18 @@ Resolution resolve(const Pending& p, const at::Tensor& t) {
   if (it == p.storages.end() || it->second.last_store < 0) return r;  // a load from memory
   const StorageValue& w = it->second.value;
   r.source = w.source;
-  if (!w.valid || w.dtype != t.scalar_type()) {
+  const Geometry g = geometry(t);
+  if (!w.valid || w.dtype != g.dtype) {
     r.needs_flush = true;
     return r;
   }
-  if (w.offset == t.storage_offset() && c10::IntArrayRef(w.sizes).equals(t.sizes()) &&
-      c10::IntArrayRef(w.strides).equals(t.strides())) {
+  if (w.offset == g.offset && c10::IntArrayRef(w.sizes).equals(g.sizes) &&
+      c10::IntArrayRef(w.strides).equals(g.strides)) {
     return r;  // read exactly as written
   }
-  const ir::DType dtype = ir_dtype(t.scalar_type());
+  const ir::DType dtype = ir_dtype(g.dtype);
   if (is_contiguous(w.sizes, w.strides)) {
-    r.needs_flush = !express_view(w.offset, w.sizes, dtype, t.storage_offset(), t.sizes(), t.strides(), r.transform);
+    r.needs_flush = !express_view(w.offset, w.sizes, dtype, g.offset, g.sizes, g.strides, r.transform);
     return r;
   }
   // Stored in another dense order: read the memory's contiguous value, the value transposed
@@ -455,7 +480,7 @@ Resolution resolve(const Pending& p, const at::Tensor& t) {
   std::vector<int64_t> stored(perm.size());
   for (size_t k = 0; k < perm.size(); ++k) stored[k] = w.sizes[static_cast<size_t>(perm[k])];
   r.transform.push_back(view_node(ir::OpKind::kTranspose, dtype, stored, perm));
-  r.needs_flush = !express_view(w.offset, stored, dtype, t.storage_offset(), t.sizes(), t.strides(), r.transform);
+  r.needs_flush = !express_view(w.offset, stored, dtype, g.offset, g.sizes, g.strides, r.transform);
   return r;
 }
 
@@ -988,7 +1013,7 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
     Store st;
     st.storage = StorageWeak(t.storage().getWeakStorageImpl());
     st.dest = tensor_binding(t);
-    st.offset = t.storage_offset();
+    st.offset = t.is_complex() ? 2 * t.storage_offset() : t.storage_offset();  // in st.dest.dtype's units
     st.op = k;
     st.node = o.node;
     st.bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.itemsize());

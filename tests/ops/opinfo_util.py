@@ -34,7 +34,7 @@ MAX_GRAD_SAMPLES = 3
 MAX_GRADCHECK_SAMPLES = 1
 
 ALL_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32,
-              torch.int16, torch.int8, torch.uint8, torch.bool)
+              torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64)
 DTYPE_NAMES = {d: str(d).removeprefix("torch.") for d in ALL_DTYPES}
 DTYPE_BY_NAME = {v: k for k, v in DTYPE_NAMES.items()}
 MODES = ("strict", "debug", "fused", "grad", "gradcheck")

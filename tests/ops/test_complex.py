@@ -2,10 +2,9 @@
 
 They are bound to programs as their view_as_real and computed as pairs of real values
 (torch_tpu/lowering/complex_value.py), so these tests cover the boundary (allocation, copies,
-views, conj/neg bits, scalars, item/print/save), the complex lowering table through PyTorch's
-OpInfo entries (COMPLEX_ENTRIES: every entry that passes in complex64; the sweep that found
-them is `python tools/gen_ops_table.py`'s complex column, see docs/ops.md), and the code users
-write with them: rotary embeddings in Meta's Llama style, FFTs.
+views, conj/neg bits, scalars, item/print/save) and the code users write with them: rotary
+embeddings in Meta's Llama style, FFTs. Op by op, tests/ops/test_opinfo.py runs every OpInfo
+entry in complex64 (docs/ops.md has the column).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import io
 import pytest
 import torch
 
-import opinfo_util as U
 import torch_tpu
 
 DEV = "tpu"
@@ -107,8 +105,9 @@ def test_rotary_embedding_forward_and_backward_match_cpu(mode: str) -> None:
         (out * w.to(DEV)).sum().backward()
         torch.testing.assert_close(out.detach().cpu(), _rope("cpu", x))
         torch.testing.assert_close(xt.grad.cpu(), xc.grad)
-        if mode == "fused":  # complex ops run as their own programs after the pending work
-            assert torch_tpu.metrics()["fused"]["flushes_by_cause"].get("complex", 0) > 0
+        if mode == "fused":  # complex ops are recorded like any other, through float views too
+            flushes = torch_tpu.metrics()["fused"]["flushes_by_cause"]
+            assert set(flushes) <= {"host_read", "slow_start", "copy"}, flushes
 
 
 @pytest.mark.parametrize("fn", [
@@ -135,15 +134,3 @@ def test_fft_gradient_matches_cpu() -> None:
 def test_too_long_fft_names_the_limit() -> None:
     with pytest.raises(NotImplementedError, match="length 4096"):
         torch.fft.fft(torch.randn(4096, device=DEV))
-
-
-# OpInfo entries that match CPU in complex64 (strict). The sweep over every entry with complex64
-# samples also finds ops that fail (linear algebra, inverse trig, prod): those are not listed.
-COMPLEX_ENTRIES = []
-
-
-@pytest.mark.parametrize("entry", COMPLEX_ENTRIES)
-@pytest.mark.parametrize("mode", ["strict", "fused"])
-def test_opinfo_complex64_matches_cpu(entry: str, mode: str) -> None:
-    op = U.BY_ID[entry]
-    assert U.check_forward(op, torch.complex64, mode) > 0

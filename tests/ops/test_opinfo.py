@@ -15,7 +15,7 @@ tpu random/fill would hide every op) and cannot express our own xfail list. Here
 from CPU, the only skips are the ones listed in expected_failures.py, and each
 (entry, dtype, mode) is one test id that tools/gen_ops_table.py reproduces exactly.
 
-Default run (`make test`):  float32 strict and fused for every entry; float32 debug for every
+Default run (`make test`):  float32 and complex64 strict and fused for every entry; float32 debug for every
 DEBUG_STRIDE-th entry; float32 backward vs CPU for every entry supporting autograd; float64
 gradcheck on tpu for GRADCHECK_OPS.
 TORCH_TPU_TEST_FULL=1 (`make test-full`): every dtype in ALL_DTYPES in strict mode, float32 debug
@@ -77,7 +77,7 @@ def _param(op, dtype: torch.dtype, mode: str):
 
 def _params() -> list:
     out = []
-    strict_dtypes = U.ALL_DTYPES if U.FULL else (torch.float32,)
+    strict_dtypes = U.ALL_DTYPES if U.FULL else (torch.float32, torch.complex64)
     for dtype in strict_dtypes:
         out += [_param(op, dtype, "strict") for op in U.ENTRIES]
         out += [_param(op, dtype, "fused") for op in U.ENTRIES]

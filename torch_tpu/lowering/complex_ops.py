@@ -483,6 +483,56 @@ def var(b: GraphBuilder, x: ComplexValue, dims=None, correction=None, *rest) -> 
               _call(b, aten.var.correction, x.im, dims, correction=correction, keepdim=keepdim))
 
 
+@register_complex(aten.std.correction)
+def std(b: GraphBuilder, x: ComplexValue, dims=None, correction=None, keepdim: bool = False) -> Value:
+    return _r(b, "sqrt", var(b, x, dims, correction, keepdim))
+
+
+@register_complex(aten.var_mean.correction)
+def var_mean(b: GraphBuilder, x: ComplexValue, dims=None, correction=None, keepdim: bool = False):
+    mean = _partwise(aten.mean.dim)(b, x, dims, keepdim) if dims is not None else \
+        _partwise(aten.mean.default)(b, x)
+    if dims is None and keepdim:
+        mean = _combine(*(_call(b, aten.reshape.default, p, [1] * x.rank) for p in (mean.re, mean.im)))
+    return var(b, x, dims, correction, keepdim), mean
+
+
+@register_complex(aten.std_mean.correction)
+def std_mean(b: GraphBuilder, x: ComplexValue, dims=None, correction=None, keepdim: bool = False):
+    v, mean = var_mean(b, x, dims, correction, keepdim)
+    return _r(b, "sqrt", v), mean
+
+
+@_unary("sigmoid")
+def sigmoid(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
+    e = exp(b, ComplexValue(_r(b, "neg", z.re), _r(b, "neg", z.im)))
+    return reciprocal(b, ComplexValue(_r(b, "add", e.re, 1.0), e.im))
+
+
+def _nonzero(b: GraphBuilder, x: Arg) -> Value:
+    if isinstance(x, ComplexValue):
+        return _call(b, aten.logical_or.default, _r(b, "ne", x.re, 0.0), _r(b, "ne", x.im, 0.0))
+    return x
+
+
+def _logical(op: torch._ops.OpOverload) -> Callable:
+    def lower(b: GraphBuilder, *args):
+        return _call(b, op, *[_nonzero(b, a) for a in args])
+
+    return lower
+
+
+for _op in (aten.logical_and.default, aten.logical_or.default, aten.logical_xor.default, aten.logical_not.default):
+    register_complex(_op)(_logical(_op))
+
+
+@register_complex(aten.normal_.default)
+def normal_(b: GraphBuilder, x: ComplexValue, mean=0.0, std=1.0, generator=None) -> ComplexValue:
+    # As ATen: both parts drawn from N(mean, (std / sqrt(2))^2), one draw over view_as_real.
+    pair = _call(b, aten.normal_functional.default, to_pair(b, x), mean, _r(b, "mul", std, 0.7071067811865476))
+    return from_pair(b, pair)
+
+
 @register_complex(aten.eq.Tensor, aten.eq.Scalar)
 def eq(b: GraphBuilder, x: Arg, y: Arg) -> Value:
     x, y = as_complex(b, x), as_complex(b, y)
