@@ -90,13 +90,16 @@ class CompiledGraph {
       compiler::OutputSpec spec;
       spec.node = t[0].cast<int32_t>();
       spec.target = t[1].cast<int32_t>();
-      if (t.size() > 2) spec.snapshot = t[2].cast<bool>();
+      // The third item: for a mutated input, whether it is bound as a copy; for a new tensor,
+      // the complex dtype it has (the node is its view_as_real).
+      if (t.size() > 2 && spec.target >= 0) spec.snapshot = t[2].cast<bool>();
       TPU_CHECK_VALUE(spec.node >= 0 && spec.node < prog_->graph.size(), "compiled graph: output node ", spec.node,
                       " out of range");
       if (spec.target < 0) {
         spec.new_index = new_count++;
-        const auto& node = prog_->graph.node(spec.node);
-        prog_->new_tensors.push_back({static_cast<c10::ScalarType>(node.dtype), node.shape});
+        std::optional<c10::ScalarType> complex_dtype;
+        if (t.size() > 2) complex_dtype = static_cast<c10::ScalarType>(t[2].cast<int>());
+        prog_->new_tensors.push_back(compiler::new_tensor_for(prog_->graph.node(spec.node), complex_dtype));
       } else {
         TPU_CHECK_VALUE(spec.target < num_inputs, "compiled graph: mutated input ", spec.target, " out of range");
         snapshot_[static_cast<size_t>(spec.target)] = spec.snapshot ? kAlways : kUnlessAliased;
@@ -208,6 +211,12 @@ class CompiledGraph {
           }
           TPU_CHECK(t.device().index() == device, "compiled graph: inputs on tpu:", static_cast<int>(device),
                     " and tpu:", static_cast<int>(t.device().index()));
+          if (t.is_conj() || t.is_neg()) {  // the graph computes on values: bind the view's value
+            TPU_CHECK(snapshot_[i] == 0, "compiled graph: input ", i,
+                      " is a conj() or neg view the graph writes; "
+                      "call resolve_conj() on it first");
+            t = t.resolve_conj().resolve_neg();
+          }
           b = exec::tensor_binding(t);
           b.snapshot = snapshot_[i] == kAlways;
         } else {

@@ -560,3 +560,57 @@ def test_eager_ops_after_a_graph_break_do_not_compile_the_lowerings():
     seen = stats()["graphs_seen"]
     assert torch.compile(close, backend="tpu")(x.to(DEV), (x * 2).to(DEV)) is True
     assert stats()["graphs_seen"] - seen == 1, stats()["recompile_reasons"]
+
+
+class _RotaryAttention(nn.Module):
+    """An attention block with Meta-Llama-style rotary embeddings: a complex freqs_cis input."""
+
+    def __init__(self, dim: int = 16, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    @staticmethod
+    def rope(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * freqs_cis[None, :, None, :]).flatten(3).type_as(x)
+
+    def forward(self, x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        q, k = self.rope(q, freqs_cis), self.rope(k, freqs_cis)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+def test_complex_rotary_embeddings_compile_whole_and_train():
+    torch.manual_seed(0)
+    model = _RotaryAttention()
+    x = torch.randn(2, 6, 16)
+    freqs = torch.outer(torch.arange(6.0), 1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8))
+    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)
+    ref = copy.deepcopy(model)
+    ref_out = ref(x, freqs_cis)
+    ref_out.square().mean().backward()
+
+    dev_model = copy.deepcopy(model).to(DEV)
+    before = stats()["fallbacks"]
+    out = torch.compile(dev_model, backend="tpu")(x.to(DEV), freqs_cis.to(DEV))
+    out.square().mean().backward()
+    assert stats()["fallbacks"] == before  # forward and backward lowered whole, complex values included
+    _close(out, ref_out)
+    for (name, p), q in zip(dev_model.named_parameters(), ref.parameters()):
+        _close(p.grad, q.grad)
+
+
+def test_conj_view_inputs_and_outputs_keep_their_values():
+    z = torch.randn(3, 4, dtype=torch.complex64)
+
+    def f(a):
+        return a * (1 + 2j), a.conj()
+
+    got = torch.compile(f, backend="tpu")(z.to(DEV).conj())
+    want = f(z.conj())
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu().resolve_conj(), w.resolve_conj())

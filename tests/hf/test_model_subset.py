@@ -5,7 +5,8 @@ must match CPU. The full sweep (every architecture) is `python -m tools.model_sw
 The subset spans the families the sweep covers: decoder LMs (GPT-2, Llama, Qwen2), an encoder
 (BERT), encoder-decoders (T5, BART), vision (ViT, ConvNeXt), speech (Whisper, Moonshine) and
 diffusers' image models (a UNet2D with self-attention blocks, the AutoencoderKL of latent diffusion,
-a class-conditioned diffusion transformer, DiT).
+a class-conditioned diffusion transformer, DiT), and the two that compute in complex numbers:
+Llama 4 (rotary embeddings through torch.polar and view_as_complex) and FNet (token mixing by FFT).
 timm is not in the subset: it cannot be imported without torchvision (docs/model-coverage.md).
 CTC heads (Wav2Vec2) wait for a ctc_loss lowering; the batch-norm CNNs (ResNet, MobileNet) are
 out because their tiny train step is ill-conditioned (batch norm over 2 samples: CPU float32
@@ -20,7 +21,7 @@ from tools.model_sweep.check import run_target
 from tools.model_sweep.sources import all_targets
 
 SUBSET = ["gpt2", "llama", "qwen2", "bert", "t5", "bart", "vit", "convnext", "whisper", "moonshine",
-          "unet2d", "autoencoder-kl", "dit"]
+          "unet2d", "autoencoder-kl", "dit", "llama4_text", "fnet"]
 TARGETS = {t.model_type: t for t in all_targets(set(SUBSET))}
 
 

@@ -29,6 +29,7 @@ import torch.fx as fx
 
 from ..ir.builder import OP_ID, GraphBuilder, Value
 from ..lowering.apply import apply_lowering, normalize_args
+from ..lowering.complex_value import ComplexValue, from_pair, real_dtype, to_pair
 
 aten = torch.ops.aten
 
@@ -176,11 +177,17 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = 
         kind = input_kind(x)
         if kind == "t":
             shape = tuple(_concrete_int(s) for s in x.shape)
-            if x.dtype.is_complex:
-                raise Unsupported("graph", f"complex input {node.name}")
             if x.device.type != "tpu" and not (x.device.type == "cpu" and x.dim() == 0):
                 raise Unsupported("graph", f"input {node.name} is on {x.device}")
-            v = b.parameter(i, x.dtype, shape)
+            if x.dtype.is_complex:
+                if x.device.type != "tpu":
+                    raise Unsupported("graph", f"complex CPU scalar input {node.name}")
+                # bound as its view_as_real (exec::tensor_binding); .id names the parameter
+                p = b.parameter(i, real_dtype(x.dtype), shape + (2,))
+                v = from_pair(b, p)
+                v.id = p.id
+            else:
+                v = b.parameter(i, x.dtype, shape)
             param_input[v.id] = i
             env[node] = v
             if x.device.type == "cpu":
@@ -257,7 +264,12 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = 
             traced = node.meta.get("val")
             if not isinstance(traced, torch.Tensor):
                 raise Unsupported(name, "no traced result")
-            env[node] = b.full(0, traced.dtype, tuple(_concrete_int(s) for s in traced.shape))
+            shape = tuple(_concrete_int(s) for s in traced.shape)
+            if traced.dtype.is_complex:
+                part = real_dtype(traced.dtype)
+                env[node] = ComplexValue(b.full(0, part, shape), b.full(0, part, shape))
+            else:
+                env[node] = b.full(0, traced.dtype, shape)
             continue
         if target in (aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default):
             x = val(node.args[0])
@@ -320,7 +332,7 @@ def _check_meta(name: str, node: fx.Node, got) -> None:
         used = {u.args[1] for u in node.users if u.target is operator.getitem}
         pairs = [p for p in pairs if p[0] in used]
     for k, (w, g) in pairs:
-        if not (isinstance(w, torch.Tensor) and isinstance(g, Value)):
+        if not (isinstance(w, torch.Tensor) and isinstance(g, (Value, ComplexValue))):
             continue
         if multi and k in (1, 2) and name in _EVAL_BATCH_NORMS and g.numel() == 0:
             continue  # eval batch norm's saved statistics, read: empty as CPU returns them
@@ -329,9 +341,14 @@ def _check_meta(name: str, node: fx.Node, got) -> None:
             raise Unsupported(name, f"lowered to {g.dtype}{list(g.shape)}, traced {w.dtype}{list(w.shape)}")
 
 
+# Views that change the value (PyTorch's lazy conj and neg bits): returned as computed values,
+# since a view of the memory would lose the bit.
+_MATH_BIT_VIEWS = {aten._conj.default, aten._neg_view.default}
+
+
 def _is_view_op(n: object) -> bool:
     return isinstance(n, fx.Node) and n.op == "call_function" and \
-        isinstance(n.target, torch._ops.OpOverload) and n.target.is_view
+        isinstance(n.target, torch._ops.OpOverload) and n.target.is_view and n.target not in _MATH_BIT_VIEWS
 
 
 def _view_base(r: fx.Node, through_items: bool) -> object:
@@ -374,7 +391,7 @@ def _input_view(r: fx.Node, env: dict, param_input: dict[int, int], mutated: dic
     """
     n = _view_base(r, through_items=False)
     base = env.get(n) if n is not r and isinstance(n, fx.Node) and n.op == "placeholder" else None
-    if not isinstance(base, Value) or base.id not in param_input or param_input[base.id] in mutated:
+    if not isinstance(base, (Value, ComplexValue)) or base.id not in param_input or param_input[base.id] in mutated:
         return None
     geometry = _view_geometry(r, n)
     return None if geometry is None else ("v", param_input[base.id], *geometry)
@@ -394,7 +411,7 @@ def _computed_view(r: fx.Node, env: dict, param_input: dict[int, int]) -> tuple[
     if n is r or not isinstance(n, fx.Node) or n.op != "call_function":
         return None
     base = env.get(n)
-    if not isinstance(base, Value) or base.id in param_input:
+    if not isinstance(base, (Value, ComplexValue)) or base.id in param_input:
         return None
     geometry = _view_geometry(r, n)
     if geometry is None or geometry[4] != _stride(tuple(geometry[3])):
@@ -451,23 +468,31 @@ def _reads_only(b: GraphBuilder, value: Value, bindings: set[int]) -> bool:
     return True
 
 
+_COMPLEX_CODES = {torch.complex64: 9, torch.complex128: 10}  # c10::ScalarType codes
+
+
 def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int, int], mutated: dict[int, Value],
             host_inputs: set[int], num_inputs: int, ops: list[str], saved_start: int | None = None,
             checked: Sequence[Value] = ()) -> LoweredGraph:
     outputs: list[tuple] = []
-    new_of: dict[int, int] = {}
     returns: list[tuple] = []
     results = out_node.args[0]
 
-    def new_index(v: Value) -> int:
-        if v.id not in new_of:
-            new_of[v.id] = len(new_of)
-            outputs.append((v.id, -1))
-        return new_of[v.id]
+    new_of: dict[object, int] = {}  # a Value's node id, or ("c", id()) of a ComplexValue
+
+    def new_index(v: Value | ComplexValue) -> int:
+        key = v.id if isinstance(v, Value) else ("c", id(v))
+        if key not in new_of:
+            new_of[key] = len(new_of)
+            if isinstance(v, ComplexValue):  # a complex new tensor: its view_as_real node
+                outputs.append((to_pair(b, v).id, -1, _COMPLEX_CODES[v.dtype]))
+            else:
+                outputs.append((v.id, -1))
+        return new_of[key]
 
     for k, r in enumerate(results if isinstance(results, (list, tuple)) else [results]):
         v = env[r] if isinstance(r, fx.Node) else r
-        if isinstance(v, Value):
+        if isinstance(v, (Value, ComplexValue)):
             if v.id in param_input:
                 returns.append(("i", param_input[v.id]))
                 continue
@@ -489,6 +514,9 @@ def _finish(b: GraphBuilder, out_node: fx.Node, env: dict, param_input: dict[int
             raise Unsupported("output", f"returns a {type(v).__name__}")
     for v in checked:
         returns.append(("i", param_input[v.id]) if v.id in param_input else ("n", new_index(v)))
+    for i, v in list(mutated.items()):  # a complex input is written through its view_as_real
+        if isinstance(v, ComplexValue):
+            mutated[i] = to_pair(b, v)
     host_outputs: list[tuple[int, int]] = []
     readers = _readers(b) if mutated else []
     input_param = {i: p for p, i in param_input.items()}

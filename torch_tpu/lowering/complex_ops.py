@@ -152,6 +152,7 @@ def view_as_real(b: GraphBuilder, x: ComplexValue) -> Value:
     return to_pair(b, x)
 
 
+@register(aten.view_as_complex.default)  # a real input: in both tables, as complex() and polar()
 @register_complex(aten.view_as_complex.default)
 def view_as_complex(b: GraphBuilder, x: Value) -> ComplexValue:
     return from_pair(b, x)
