@@ -131,6 +131,14 @@ def test_fft_gradient_matches_cpu() -> None:
     torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-4)
 
 
-def test_too_long_fft_names_the_limit() -> None:
-    with pytest.raises(NotImplementedError, match="length 4096"):
-        torch.fft.fft(torch.randn(4096, device=DEV))
+@pytest.mark.parametrize("n", [6000, 4096 * 3])
+def test_long_fft_is_split_and_matches_cpu(n: int) -> None:
+    x = torch.randn(2, n)
+    for fn in (torch.fft.fft, torch.fft.rfft, lambda t: torch.fft.irfft(torch.fft.rfft(t), n=n)):
+        want = fn(x)
+        torch.testing.assert_close(fn(x.to(DEV)).cpu(), want, rtol=0, atol=1e-6 * want.abs().max().item())
+
+
+def test_long_prime_fft_names_the_limit() -> None:
+    with pytest.raises(NotImplementedError, match="prime length 4099"):
+        torch.fft.fft(torch.randn(4099, device=DEV))

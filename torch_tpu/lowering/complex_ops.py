@@ -467,6 +467,74 @@ def log10(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
     return _scale(b, log(b, z), 0.4342944819032518)
 
 
+def _times_i(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
+    return ComplexValue(_r(b, "neg", z.im), z.re)
+
+
+def _times_minus_i(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
+    return ComplexValue(z.im, _r(b, "neg", z.re))
+
+
+def _add_c(b: GraphBuilder, x: ComplexValue, y: ComplexValue) -> ComplexValue:
+    return ComplexValue(_r(b, "add", x.re, y.re), _r(b, "add", x.im, y.im))
+
+
+def _plus_real(b: GraphBuilder, z: ComplexValue, k: float) -> ComplexValue:
+    return ComplexValue(_r(b, "add", z.re, k), z.im)
+
+
+def _mul_c(b: GraphBuilder, x: ComplexValue, y: ComplexValue) -> ComplexValue:
+    return bilinear(b, lambda p, q: _r(b, "mul", p, q), x, y)
+
+
+@_unary("asinh")
+def asinh(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
+    # log(z + sqrt(z^2 + 1)), evaluated at |re z| (no cancellation) and mirrored: asinh is odd
+    neg = _r(b, "lt", z.re, 0.0)
+    flip = lambda v: _call(b, aten.where.self, neg, _r(b, "neg", v), v)  # noqa: E731
+    w = ComplexValue(flip(z.re), flip(z.im))
+    r = log(b, _add_c(b, w, sqrt(b, _plus_real(b, _mul_c(b, w, w), 1.0))))
+    return ComplexValue(flip(r.re), flip(r.im))
+
+
+@_unary("asin")
+def asin(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
+    return _times_minus_i(b, asinh(b, _times_i(b, z)))  # asin z = -i asinh(iz)
+
+
+@_unary("acos")
+def acos(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
+    a = asin(b, z)  # pi/2 - asin z
+    return ComplexValue(_r(b, "rsub", a.re, 1.5707963267948966), _r(b, "neg", a.im))
+
+
+@_unary("acosh")
+def acosh(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
+    # log(z + sqrt(z + 1) sqrt(z - 1)): the branch cut of PyTorch and C++ (re >= 0)
+    return log(b, _add_c(b, z, _mul_c(b, sqrt(b, _plus_real(b, z, 1.0)), sqrt(b, _plus_real(b, z, -1.0)))))
+
+
+@_unary("atanh")
+def atanh(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
+    # re = log1p(4a / ((1 - a)^2 + b^2)) / 4, im = atan2(2b, (1 - a)(1 + a) - b^2) / 2: the
+    # parts of (log(1 + z) - log(1 - z)) / 2 without its cancellations, at |re z| (atanh is odd)
+    neg = _r(b, "lt", z.re, 0.0)
+    flip = lambda v: _call(b, aten.where.self, neg, _r(b, "neg", v), v)  # noqa: E731
+    z = ComplexValue(flip(z.re), flip(z.im))
+    a, bb = z.re, _r(b, "mul", z.im, z.im)
+    one_minus = _r(b, "rsub", a, 1.0)
+    d = _r(b, "add", _r(b, "mul", one_minus, one_minus), bb)
+    re = _r(b, "mul", _r(b, "log1p", _r(b, "div", _r(b, "mul", a, 4.0), d)), 0.25)
+    x = _r(b, "sub", _r(b, "mul", one_minus, _r(b, "add", a, 1.0)), bb)
+    im = _r(b, "mul", _call(b, aten.atan2.default, _r(b, "mul", z.im, 2.0), x), 0.5)
+    return ComplexValue(flip(re), flip(im))
+
+
+@_unary("atan")
+def atan(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
+    return _times_minus_i(b, atanh(b, _times_i(b, z)))  # atan z = -i atanh(iz)
+
+
 @register_complex(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, prims.pow.default)
 def pow_(b: GraphBuilder, x: Arg, y: Arg) -> ComplexValue:
     # z ** 2 (common in norms) as a product: exp(2 log z) rounds worse than CPU
