@@ -675,20 +675,8 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('nn.functional.multilabel_margin_loss', '', 'float64', 'grad'): 'no lowering for aten::multilabel_margin_loss_backward',
     # no lowering: no lowering for aten::_cholesky_solve_helper — 1 entries, 1 checks
     ('cholesky_solve', '', 'complex64', 'strict'): 'no lowering for aten::_cholesky_solve_helper',
-    # no lowering: no lowering for aten::acos — 1 entries, 1 checks
-    ('acos', '', 'complex64', 'strict'): 'no lowering for aten::acos',
-    # no lowering: no lowering for aten::acosh — 1 entries, 1 checks
-    ('acosh', '', 'complex64', 'strict'): 'no lowering for aten::acosh',
     # no lowering: no lowering for aten::addbmm — 1 entries, 1 checks
     ('addbmm', '', 'complex64', 'strict'): 'no lowering for aten::addbmm',
-    # no lowering: no lowering for aten::asin — 1 entries, 1 checks
-    ('asin', '', 'complex64', 'strict'): 'no lowering for aten::asin',
-    # no lowering: no lowering for aten::asinh — 1 entries, 1 checks
-    ('asinh', '', 'complex64', 'strict'): 'no lowering for aten::asinh',
-    # no lowering: no lowering for aten::atan — 1 entries, 1 checks
-    ('atan', '', 'complex64', 'strict'): 'no lowering for aten::atan',
-    # no lowering: no lowering for aten::atanh — 1 entries, 1 checks
-    ('atanh', '', 'complex64', 'strict'): 'no lowering for aten::atanh',
     # no lowering: no lowering for aten::cholesky_inverse — 1 entries, 1 checks
     ('cholesky_inverse', '', 'complex64', 'strict'): 'no lowering for aten::cholesky_inverse',
     # no lowering: no lowering for aten::linalg_solve_triangular — 1 entries, 1 checks
