@@ -46,6 +46,10 @@ struct OpInfo {
   std::string overload;  // "Tensor" or ""
   std::vector<ArgKind> kinds;
   bool bake_scalars = false;  // set when a lowering needed concrete scalar values
+  // The same, learned from a call with complex tensors (their lowerings often decompose):
+  // scalars are baked only in calls with complex tensors, so a complex test run does not make
+  // every later real call of the op key on its scalars (an optimizer's step sizes).
+  bool bake_scalars_complex = false;
   bool is_view = false;       // returns an alias: must be registered as a metadata kernel
   bool has_device_arg = false;
   // Memory format of the op's new 4-d and 5-d results (see result_format in dispatch.cpp).
@@ -55,6 +59,9 @@ struct OpInfo {
   // fill_ reads its 0-d value before writing (ATen clones it when it aliases the target), so
   // `x.fill_(x[2])` and `x[0:1] = x[0]` are no partial overlap.
   bool value_read_first = false;
+  // The result depends on whether a tensor argument is contiguous: ATen's det and slogdet
+  // factorize A^T when A is contiguous, and their backward reads that factorization.
+  bool keys_contiguity = false;
 };
 
 struct CallState {
@@ -66,6 +73,7 @@ struct CallState {
   c10::Device device{c10::DeviceType::PrivateUse1, 0};
   bool device_known = false;
   std::optional<at::Generator> generator;
+  bool bake = false;  // this call keys on (and bakes) its scalar values
 };
 
 // Builds and compiles the program for a call on a cache miss. Returns null when no lowering

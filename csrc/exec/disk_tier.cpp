@@ -75,7 +75,7 @@ Lookup load(const c10::OperatorHandle& op, const OpInfo& info, const CallState& 
   if (*payload == kBakeMarker) return Lookup{nullptr, true};
   try {
     auto prog = std::make_shared<compiler::Program>(compiler::deserialize_program(*payload));
-    TORCH_CHECK(!prog->baked_scalars || info.bake_scalars, "a baked program under an unbaked key");
+    TORCH_CHECK(!prog->baked_scalars || st.bake, "a baked program under an unbaked key");
     check_bindings(*prog, st.bindings.size());
     ir::verify(prog->graph);
     finish_program(*prog, compiler::output_nodes(*prog));

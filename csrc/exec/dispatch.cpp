@@ -43,7 +43,8 @@ enum Tag : int64_t {
   kTagString,
   kTagDevice,
   kTagGenerator,
-  kTagMathBits = 1000,  // + 1 (conj) + 2 (neg): above any rank, which is mixed next
+  kTagMathBits = 1000,    // + 1 (conj) + 2 (neg): above any rank, which is mixed next
+  kTagContiguous = 1010,  // + 1 when contiguous (OpInfo::keys_contiguity)
 };
 
 CompileHook g_compile_hook = nullptr;
@@ -108,6 +109,7 @@ OpInfo& op_info_locked(const c10::OperatorHandle& op) {
   }
   if (name.rfind("aten::_foreach_", 0) == 0) info->layout = OutputLayout::kPerListElement;
   info->value_read_first = name == "aten::fill_" || name == "aten::fill";
+  info->keys_contiguity = name == "aten::_linalg_det" || name == "aten::_linalg_slogdet";
   if (name.find("3d") != std::string::npos) info->layout_min_rank = 5;
   if (name.find("adaptive_avg_pool3d") != std::string::npos) info->layout = OutputLayout::kContiguous;
   const auto& arguments = op.schema().arguments();
@@ -187,7 +189,7 @@ void add_python_scalar(CallState& st, const c10::Scalar& s, const OpInfo& info) 
                           : s.isFloatingPoint() ? c10::kDouble
                           : s.isBoolean()       ? c10::kBool
                                                 : c10::kLong;
-  add_scalar_binding(st, s, dtype, true, info.bake_scalars);
+  add_scalar_binding(st, s, dtype, true, st.bake);
 }
 
 void add_tensor(CallState& st, const at::Tensor& t, const OpInfo& info, size_t arg) {
@@ -197,8 +199,7 @@ void add_tensor(CallState& st, const at::Tensor& t, const OpInfo& info, size_t a
   }
   if (t.device().type() != kTpu) {
     if (t.device().is_cpu() && t.dim() == 0) {  // CPU scalars mix with any device, as in PyTorch
-      add_scalar_binding(st, t.item(), t.scalar_type(), t.unsafeGetTensorImpl()->is_wrapped_number(),
-                         info.bake_scalars);
+      add_scalar_binding(st, t.item(), t.scalar_type(), t.unsafeGetTensorImpl()->is_wrapped_number(), st.bake);
       return;
     }
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
@@ -212,14 +213,28 @@ void add_tensor(CallState& st, const at::Tensor& t, const OpInfo& info, size_t a
   mix(st, static_cast<int64_t>(t.scalar_type()));
   // PyTorch's lazy conj() and neg views: the program applies them (lowering/bridge.py).
   if (t.is_conj() || t.is_neg()) mix(st, kTagMathBits + (t.is_conj() ? 1 : 0) + (t.is_neg() ? 2 : 0));
+  if (info.keys_contiguity) mix(st, kTagContiguous + (t.is_contiguous() ? 1 : 0));
   mix(st, t.dim());
   for (auto s : t.sizes()) mix(st, s);
   st.bindings.push_back(tensor_binding(t));
   st.tensors.push_back(t);
 }
 
+bool has_complex_tensor(c10::ArrayRef<c10::IValue> args) {
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_complex()) return true;
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) {
+        if (t.defined() && t.is_complex()) return true;
+      }
+    }
+  }
+  return false;
+}
+
 // Walks the arguments: key + bindings. Throws for mixed devices and unsupported values.
 void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) {
+  st.bake = info.bake_scalars || (info.bake_scalars_complex && has_complex_tensor(args));
   st.key.clear();
   st.bindings.clear();
   st.tensors.clear();
@@ -599,6 +614,16 @@ void launch_program(const std::shared_ptr<compiler::Program>& prog, std::vector<
   }
 }
 
+namespace {
+
+// An op whose lowering needed concrete scalars keys on them from now on: in every call, or
+// only in calls with complex tensors when this one had some.
+void learn_bakes_scalars(OpInfo& info, c10::ArrayRef<c10::IValue> args) {
+  (has_complex_tensor(args) ? info.bake_scalars_complex : info.bake_scalars) = true;
+}
+
+}  // namespace
+
 void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);
   TPU_CHECK_NOT_IMPLEMENTED(!info.is_view, "view op '", info.qualname, ".", info.overload,
@@ -640,8 +665,8 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     };
     // The disk tier first (exec/disk_tier.h): a program an earlier process compiled.
     disk_tier::Lookup found = disk_tier::load(op, info, st);
-    if (found.bakes_scalars && !info.bake_scalars) {
-      info.bake_scalars = true;  // an earlier process learned this op keys on its scalar values
+    if (found.bakes_scalars && !st.bake) {
+      learn_bakes_scalars(info, args);  // an earlier process learned this op keys on its scalar values
       gather(st, info, args);
       prog = cache.find(st.key, st.hash);
       if (!prog) found = disk_tier::load(op, info, st);
@@ -656,9 +681,9 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
       metrics().programs_compiled++;
       std::vector<int64_t> unbaked_key;
-      if (prog->baked_scalars && !info.bake_scalars) {
+      if (prog->baked_scalars && !st.bake) {
         if (disk_tier::enabled()) unbaked_key = disk_tier::stable_key(op, st);
-        info.bake_scalars = true;  // from now on this op keys on its scalar values
+        learn_bakes_scalars(info, args);  // from now on this op keys on its scalar values
         gather(st, info, args);
       }
       disk_tier::store(op, st, *prog, unbaked_key);

@@ -25,12 +25,12 @@ namespace {
 
 py::object* g_lower = nullptr;  // torch_tpu.lowering.bridge.lower_from_dispatch (leaked on purpose)
 
-py::object tensor_desc(const at::Tensor& t, int32_t& binding) {
+py::object tensor_desc(const at::Tensor& t, int32_t& binding, bool keys_contiguity = false) {
   if (!t.defined()) return py::none();
   if (t.device().type() == c10::DeviceType::PrivateUse1) {
     py::tuple shape(t.dim());
     for (int64_t i = 0; i < t.dim(); ++i) shape[i] = t.size(i);
-    const int bits = (t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0);
+    const int bits = (t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0) | (keys_contiguity && t.is_contiguous() ? 4 : 0);
     return py::make_tuple("T", binding++, static_cast<int>(t.scalar_type()), shape, bits);
   }
   // A CPU 0-d tensor: a runtime scalar.
@@ -75,7 +75,7 @@ py::list describe(const exec::OpInfo& info, c10::ArrayRef<c10::IValue> args, con
     switch (info.kinds[i]) {
       case exec::ArgKind::Tensor:
         if (v.isTensor()) {
-          descs.append(tensor_desc(v.toTensor(), binding));
+          descs.append(tensor_desc(v.toTensor(), binding, info.keys_contiguity));
         } else if (v.isNone()) {
           descs.append(py::none());
         } else if (v.isTensorList()) {

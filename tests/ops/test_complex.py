@@ -142,3 +142,16 @@ def test_long_fft_is_split_and_matches_cpu(n: int) -> None:
 def test_long_prime_fft_names_the_limit() -> None:
     with pytest.raises(NotImplementedError, match="prime length 4099"):
         torch.fft.fft(torch.randn(4099, device=DEV))
+
+
+def test_complex_calls_that_bake_scalars_leave_real_calls_keyed_without_them() -> None:
+    # addcmul's complex form decomposes and needs its `value` as a constant; real calls of the
+    # op must keep `value` a runtime input (an optimizer's step sizes change every step).
+    z = torch.randn(4, dtype=torch.complex64).to(DEV)
+    torch.testing.assert_close(torch.addcmul(z, z, z, value=0.5).cpu(), torch.addcmul(z.cpu(), z.cpu(), z.cpu(), value=0.5))
+    x = torch.randn(4).to(DEV)
+    torch.addcmul(x, x, x, value=0.1)
+    before = torch_tpu.metrics()["programs_compiled"]
+    for v in (0.2, 0.3, 0.4):
+        torch.testing.assert_close(torch.addcmul(x, x, x, value=v).cpu(), torch.addcmul(x.cpu(), x.cpu(), x.cpu(), value=v))
+    assert torch_tpu.metrics()["programs_compiled"] == before

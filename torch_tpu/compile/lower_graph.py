@@ -28,6 +28,7 @@ import torch
 import torch.fx as fx
 
 from ..ir.builder import OP_ID, GraphBuilder, Value
+from ..lowering import layout
 from ..lowering.apply import apply_lowering, normalize_args
 from ..lowering.complex_value import ComplexValue, from_pair, real_dtype, to_pair
 
@@ -160,6 +161,7 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = 
     per concrete input signature) and ``Unsupported`` for a node the table cannot lower.
     """
     b = GraphBuilder()
+    layout.reset()
     env: dict[fx.Node, object] = {}
     param_input: dict[int, int] = {}  # parameter node id -> input index
     placeholder_index: dict[fx.Node, int] = {}
@@ -188,6 +190,8 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = 
                 v.id = p.id
             else:
                 v = b.parameter(i, x.dtype, shape)
+            if x.is_contiguous():  # traced strides: what ATen's det/slogdet factorize depends on it
+                layout.mark_contiguous(v)
             param_input[v.id] = i
             env[node] = v
             if x.device.type == "cpu":

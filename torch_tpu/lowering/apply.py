@@ -183,6 +183,17 @@ def apply_lowering(b: GraphBuilder, op: torch._ops.OpOverload, args: list) -> tu
     return returns, mutations
 
 
+def call(b: GraphBuilder, op: torch._ops.OpOverload, *args, **kwargs):
+    """The result(s) of an op through the lowering table, for lowerings written in other ops.
+    Positional args are in schema order, keyword-only ones included (as lowerings receive
+    them); keyword args by name; the rest take their defaults."""
+    schema = op._schema.arguments
+    full = [args[i] if i < len(args) else kwargs[a.name] if a.name in kwargs
+            else a.default_value if a.has_default_value() else None for i, a in enumerate(schema)]
+    returns, _ = apply_lowering(b, op, full)
+    return returns[0] if len(returns) == 1 else returns
+
+
 def _check_write(op, arg, target: Value | None, v: Value) -> None:
     if target is None or v is None:
         return

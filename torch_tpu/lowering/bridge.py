@@ -3,8 +3,10 @@
 The C++ boxed kernel describes each schema argument of the ATen call:
   ("T", binding, scalar_type_code, shape, bits)   a tpu tensor (program input `binding`); bits:
                                                   1 conjugate view, 2 negative view (PyTorch's
-                                                  lazy conj()/neg bits, applied here); a complex
-                                                  tensor is bound as its view_as_real
+                                                  lazy conj()/neg bits, applied here), 4
+                                                  contiguous (only for ops keyed on it:
+                                                  lowering.layout); a complex tensor is bound as
+                                                  its view_as_real
   ("S", binding, scalar_type_code, wrapped, value, special)
                                                   a runtime scalar (Scalar/float arg, 0-d CPU tensor);
                                                   special: the key specialized its value (0 or 1),
@@ -29,6 +31,7 @@ import torch
 
 from ..ir.builder import DTYPE_FROM_CODE, GraphBuilder, Value
 from .apply import NeedsBakedScalars, apply_lowering
+from . import layout
 from .complex_value import ComplexValue, complex_constant, from_pair, real_dtype, to_pair
 from .registry import BAKE_SCALARS, op_key
 
@@ -49,7 +52,7 @@ def resolve_op(qualname: str, overload: str) -> torch._ops.OpOverload:
     return getattr(packet, overload or "default")
 
 
-_CONJ, _NEG = 1, 2
+_CONJ, _NEG, _CONTIGUOUS = 1, 2, 4
 
 
 def _math_bits(b: GraphBuilder, v: Value | ComplexValue, bits: int) -> Value | ComplexValue:
@@ -73,10 +76,12 @@ def _materialize(b: GraphBuilder, desc, arg, bake: bool, bindings: dict[int, int
             v = from_pair(b, b.parameter(binding, real_dtype(dtype), tuple(shape) + (2,)))
         else:
             v = b.parameter(binding, dtype, shape)
-        if bits:
+        if bits & (_CONJ | _NEG):
             v = _math_bits(b, v, bits)
+        if bits & _CONTIGUOUS:
+            layout.mark_contiguous(v)
         bindings[id(v)] = binding
-        bits_of[binding] = bits
+        bits_of[binding] = bits & (_CONJ | _NEG)
         return v
     if isinstance(desc, tuple) and desc and desc[0] == "S":
         _, binding, code, wrapped, value, special = desc
@@ -118,6 +123,7 @@ def _lower_op(qualname: str, overload: str, descs: list) -> tuple:
 
 
 def _lower(op: torch._ops.OpOverload, descs: list, bake: bool) -> tuple:
+    layout.reset()
     b = GraphBuilder()
     schema = op._schema
     bindings: dict[int, int] = {}  # id() of an argument's value -> its binding

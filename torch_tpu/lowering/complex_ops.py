@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from ..ir.builder import GraphBuilder, Value
-from .apply import apply_lowering
+from .apply import call as _call
 from .complex_value import COMPLEX_OF, ComplexValue, complex_constant, from_pair, is_complex_dtype, real_dtype, to_pair
 from .registry import COMPLEX_LOWERINGS, op_key, register
 
@@ -41,16 +41,6 @@ def register_complex(*ops) -> Callable:
         return fn
 
     return deco
-
-
-def _call(b: GraphBuilder, op: torch._ops.OpOverload, *args, **kwargs):
-    """The result(s) of a (real or complex) op through the lowering table. Positional args are
-    in schema order, keyword-only ones included (as lowerings receive them)."""
-    schema = op._schema.arguments
-    full = [args[i] if i < len(args) else kwargs[a.name] if a.name in kwargs
-            else a.default_value if a.has_default_value() else None for i, a in enumerate(schema)]
-    returns, _ = apply_lowering(b, op, full)
-    return returns[0] if len(returns) == 1 else returns
 
 
 def _zeros(b: GraphBuilder, like: Value) -> Value:
@@ -320,7 +310,8 @@ def reciprocal(b: GraphBuilder, x: ComplexValue) -> ComplexValue:
     return ComplexValue(_call(b, aten.div.Tensor, re, d), _call(b, aten.neg.default, _call(b, aten.div.Tensor, im, d)))
 
 
-@register_complex(aten.conj_physical.default, aten._conj.default, aten.conj.default, aten.resolve_conj.default)
+@register_complex(aten.conj_physical.default, aten._conj_physical.default, aten._conj.default, aten.conj.default,
+                  aten.resolve_conj.default)
 def conj_physical(b: GraphBuilder, x: Arg) -> Arg:
     return ComplexValue(x.re, _call(b, aten.neg.default, x.im)) if isinstance(x, ComplexValue) else x
 

@@ -17,7 +17,8 @@ import math
 import torch
 
 from ..ir.builder import GraphBuilder, Value
-from .complex_ops import _call, as_complex, register_complex
+from .apply import call as _call
+from .complex_ops import as_complex, register_complex
 from .complex_value import ComplexValue
 from .registry import register
 
