@@ -38,7 +38,7 @@ SKIPPED_ENTRIES: dict[str, str] = {
 }
 
 EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
-    # no lowering: no lowering for aten::_linalg_svd — 10 entries, 56 checks
+    # no lowering: no lowering for aten::_linalg_svd — 12 entries, 66 checks
     ('linalg.cond', '', 'complex64', 'strict'): 'no lowering for aten::_linalg_svd',
     ('linalg.cond', '', 'float32', 'debug'): 'no lowering for aten::_linalg_svd',
     ('linalg.cond', '', 'float32', 'grad'): 'no lowering for aten::_linalg_svd',
@@ -83,6 +83,11 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('norm', 'nuc', 'float32', 'strict'): 'no lowering for aten::_linalg_svd',
     ('norm', 'nuc', 'float64', 'grad'): 'no lowering for aten::_linalg_svd',
     ('norm', 'nuc', 'float64', 'strict'): 'no lowering for aten::_linalg_svd',
+    ('pca_lowrank', '', 'float32', 'debug'): 'no lowering for aten::_linalg_svd',
+    ('pca_lowrank', '', 'float32', 'grad'): 'no lowering for aten::_linalg_svd',
+    ('pca_lowrank', '', 'float32', 'strict'): 'no lowering for aten::_linalg_svd',
+    ('pca_lowrank', '', 'float64', 'grad'): 'no lowering for aten::_linalg_svd',
+    ('pca_lowrank', '', 'float64', 'strict'): 'no lowering for aten::_linalg_svd',
     ('pinverse', '', 'complex64', 'strict'): 'no lowering for aten::_linalg_svd',
     ('pinverse', '', 'float32', 'debug'): 'no lowering for aten::_linalg_svd',
     ('pinverse', '', 'float32', 'grad'): 'no lowering for aten::_linalg_svd',
@@ -95,31 +100,11 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('svd', '', 'float32', 'strict'): 'no lowering for aten::_linalg_svd',
     ('svd', '', 'float64', 'grad'): 'no lowering for aten::_linalg_svd',
     ('svd', '', 'float64', 'strict'): 'no lowering for aten::_linalg_svd',
-    # no lowering: no lowering for aten::linalg_qr — 4 entries, 24 checks
-    ('linalg.qr', '', 'complex64', 'strict'): 'no lowering for aten::linalg_qr',
-    ('linalg.qr', '', 'float32', 'debug'): 'no lowering for aten::linalg_qr',
-    ('linalg.qr', '', 'float32', 'grad'): 'no lowering for aten::linalg_qr',
-    ('linalg.qr', '', 'float32', 'strict'): 'no lowering for aten::linalg_qr',
-    ('linalg.qr', '', 'float64', 'grad'): 'no lowering for aten::linalg_qr',
-    ('linalg.qr', '', 'float64', 'strict'): 'no lowering for aten::linalg_qr',
-    ('pca_lowrank', '', 'complex64', 'strict'): 'no lowering for aten::linalg_qr',
-    ('pca_lowrank', '', 'float32', 'debug'): 'no lowering for aten::linalg_qr',
-    ('pca_lowrank', '', 'float32', 'grad'): 'no lowering for aten::linalg_qr',
-    ('pca_lowrank', '', 'float32', 'strict'): 'no lowering for aten::linalg_qr',
-    ('pca_lowrank', '', 'float64', 'grad'): 'no lowering for aten::linalg_qr',
-    ('pca_lowrank', '', 'float64', 'strict'): 'no lowering for aten::linalg_qr',
-    ('qr', '', 'complex64', 'strict'): 'no lowering for aten::linalg_qr',
-    ('qr', '', 'float32', 'debug'): 'no lowering for aten::linalg_qr',
-    ('qr', '', 'float32', 'grad'): 'no lowering for aten::linalg_qr',
-    ('qr', '', 'float32', 'strict'): 'no lowering for aten::linalg_qr',
-    ('qr', '', 'float64', 'grad'): 'no lowering for aten::linalg_qr',
-    ('qr', '', 'float64', 'strict'): 'no lowering for aten::linalg_qr',
-    ('svd_lowrank', '', 'complex64', 'strict'): 'no lowering for aten::linalg_qr',
-    ('svd_lowrank', '', 'float32', 'debug'): 'no lowering for aten::linalg_qr',
-    ('svd_lowrank', '', 'float32', 'grad'): 'no lowering for aten::linalg_qr',
-    ('svd_lowrank', '', 'float32', 'strict'): 'no lowering for aten::linalg_qr',
-    ('svd_lowrank', '', 'float64', 'grad'): 'no lowering for aten::linalg_qr',
-    ('svd_lowrank', '', 'float64', 'strict'): 'no lowering for aten::linalg_qr',
+    ('svd_lowrank', '', 'float32', 'debug'): 'no lowering for aten::_linalg_svd',
+    ('svd_lowrank', '', 'float32', 'grad'): 'no lowering for aten::_linalg_svd',
+    ('svd_lowrank', '', 'float32', 'strict'): 'no lowering for aten::_linalg_svd',
+    ('svd_lowrank', '', 'float64', 'grad'): 'no lowering for aten::_linalg_svd',
+    ('svd_lowrank', '', 'float64', 'strict'): 'no lowering for aten::_linalg_svd',
     # no lowering: no lowering for aten::_linalg_eigh — 4 entries, 22 checks
     ('linalg.eigh', '', 'complex64', 'strict'): 'no lowering for aten::_linalg_eigh',
     ('linalg.eigh', '', 'float32', 'debug'): 'no lowering for aten::_linalg_eigh',
@@ -482,13 +467,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('_upsample_bilinear2d_aa', '', 'float64', 'grad'): 'no lowering for aten::_upsample_bilinear2d_aa',
     ('_upsample_bilinear2d_aa', '', 'float64', 'strict'): 'no lowering for aten::_upsample_bilinear2d_aa',
     ('_upsample_bilinear2d_aa', '', 'uint8', 'strict'): 'no lowering for aten::_upsample_bilinear2d_aa',
-    # no lowering: no lowering for aten::linalg_householder_product — 1 entries, 6 checks
-    ('linalg.householder_product', '', 'complex64', 'strict'): 'no lowering for aten::linalg_householder_product',
-    ('linalg.householder_product', '', 'float32', 'debug'): 'no lowering for aten::linalg_householder_product',
-    ('linalg.householder_product', '', 'float32', 'grad'): 'no lowering for aten::linalg_householder_product',
-    ('linalg.householder_product', '', 'float32', 'strict'): 'no lowering for aten::linalg_householder_product',
-    ('linalg.householder_product', '', 'float64', 'grad'): 'no lowering for aten::linalg_householder_product',
-    ('linalg.householder_product', '', 'float64', 'strict'): 'no lowering for aten::linalg_householder_product',
     # no lowering: no lowering for aten::ormqr — 1 entries, 6 checks
     ('ormqr', '', 'complex64', 'strict'): 'no lowering for aten::ormqr',
     ('ormqr', '', 'float32', 'debug'): 'no lowering for aten::ormqr',
@@ -519,11 +497,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('linalg.eigvals', '', 'float32', 'debug'): 'no lowering for aten::_linalg_eigvals',
     ('linalg.eigvals', '', 'float32', 'strict'): 'no lowering for aten::_linalg_eigvals',
     ('linalg.eigvals', '', 'float64', 'strict'): 'no lowering for aten::_linalg_eigvals',
-    # no lowering: no lowering for aten::geqrf — 1 entries, 4 checks
-    ('geqrf', '', 'complex64', 'strict'): 'no lowering for aten::geqrf',
-    ('geqrf', '', 'float32', 'debug'): 'no lowering for aten::geqrf',
-    ('geqrf', '', 'float32', 'strict'): 'no lowering for aten::geqrf',
-    ('geqrf', '', 'float64', 'strict'): 'no lowering for aten::geqrf',
     # no lowering: no lowering for aten::grid_sampler_2d_backward — 2 entries, 4 checks
     ('grid_sampler_2d', '', 'float32', 'grad'): 'no lowering for aten::grid_sampler_2d_backward',
     ('grid_sampler_2d', '', 'float64', 'grad'): 'no lowering for aten::grid_sampler_2d_backward',
@@ -539,6 +512,11 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('linalg.ldl_solve', '', 'float32', 'debug'): 'no lowering for aten::linalg_ldl_solve',
     ('linalg.ldl_solve', '', 'float32', 'strict'): 'no lowering for aten::linalg_ldl_solve',
     ('linalg.ldl_solve', '', 'float64', 'strict'): 'no lowering for aten::linalg_ldl_solve',
+    # no lowering: no lowering for aten::linalg_qr — 4 entries, 4 checks
+    ('linalg.qr', '', 'complex64', 'strict'): 'no lowering for aten::linalg_qr',
+    ('pca_lowrank', '', 'complex64', 'strict'): 'no lowering for aten::linalg_qr',
+    ('qr', '', 'complex64', 'strict'): 'no lowering for aten::linalg_qr',
+    ('svd_lowrank', '', 'complex64', 'strict'): 'no lowering for aten::linalg_qr',
     # no lowering: no lowering for prims::convert_element_type — 2 entries, 4 checks
     ('lcm', '', 'int16', 'strict'): 'no lowering for prims::convert_element_type',
     ('lcm', '', 'int8', 'strict'): 'no lowering for prims::convert_element_type',
@@ -592,6 +570,10 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('addbmm', '', 'complex64', 'strict'): 'no lowering for aten::addbmm',
     # no lowering: no lowering for aten::cholesky_inverse — 1 entries, 1 checks
     ('cholesky_inverse', '', 'complex64', 'strict'): 'no lowering for aten::cholesky_inverse',
+    # no lowering: no lowering for aten::geqrf — 1 entries, 1 checks
+    ('geqrf', '', 'complex64', 'strict'): 'no lowering for aten::geqrf',
+    # no lowering: no lowering for aten::linalg_householder_product — 1 entries, 1 checks
+    ('linalg.householder_product', '', 'complex64', 'strict'): 'no lowering for aten::linalg_householder_product',
     # no lowering: no lowering for aten::linalg_lu — 1 entries, 1 checks
     ('linalg.lu', '', 'complex64', 'strict'): 'no lowering for aten::linalg_lu',
     # no lowering: no lowering for aten::linalg_solve_triangular — 1 entries, 1 checks
