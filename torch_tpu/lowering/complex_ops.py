@@ -364,28 +364,35 @@ def _r(b: GraphBuilder, name: str, *args) -> Value:
     return _call(b, packet.Tensor if "Tensor" in packet.overloads() else packet.default, *args)
 
 
+def _separable(b: GraphBuilder, z: ComplexValue, re: tuple[str, str], im: tuple[str, str],
+               im_sign: float = 1.0) -> ComplexValue:
+    """f(a) g(b) + i s h(a) k(b) for z = a + ib, with re = (f, g), im = (h, k), s = im_sign:
+    the form of sin, cos, sinh and cosh of a complex argument."""
+    def term(fns: tuple[str, str]) -> Value:
+        return _r(b, "mul", _r(b, fns[0], z.re), _r(b, fns[1], z.im))
+
+    i = term(im)
+    return ComplexValue(term(re), i if im_sign > 0 else _r(b, "neg", i))
+
+
 @_unary("sin")
 def sin(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
-    return ComplexValue(_r(b, "mul", _r(b, "sin", z.re), _r(b, "cosh", z.im)),
-                        _r(b, "mul", _r(b, "cos", z.re), _r(b, "sinh", z.im)))
+    return _separable(b, z, ("sin", "cosh"), ("cos", "sinh"))
 
 
 @_unary("cos")
 def cos(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
-    return ComplexValue(_r(b, "mul", _r(b, "cos", z.re), _r(b, "cosh", z.im)),
-                        _r(b, "neg", _r(b, "mul", _r(b, "sin", z.re), _r(b, "sinh", z.im))))
+    return _separable(b, z, ("cos", "cosh"), ("sin", "sinh"), -1.0)
 
 
 @_unary("sinh")
 def sinh(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
-    return ComplexValue(_r(b, "mul", _r(b, "sinh", z.re), _r(b, "cos", z.im)),
-                        _r(b, "mul", _r(b, "cosh", z.re), _r(b, "sin", z.im)))
+    return _separable(b, z, ("sinh", "cos"), ("cosh", "sin"))
 
 
 @_unary("cosh")
 def cosh(b: GraphBuilder, z: ComplexValue) -> ComplexValue:
-    return ComplexValue(_r(b, "mul", _r(b, "cosh", z.re), _r(b, "cos", z.im)),
-                        _r(b, "mul", _r(b, "sinh", z.re), _r(b, "sin", z.im)))
+    return _separable(b, z, ("cosh", "cos"), ("sinh", "sin"))
 
 
 @_unary("tanh")

@@ -184,22 +184,24 @@ def _as_aten_factors(b: GraphBuilder, a: Value) -> Value:
     return _transposed(b, a) if layout.is_contiguous(a) else a
 
 
+def _det_factors(b: GraphBuilder, a: Value, name: str) -> tuple[Value, Value, Value]:
+    """(LU, pivots, U's diagonal) of the matrix ATen's det and slogdet factorize."""
+    _square(a, name)
+    _check_float(a, name)
+    lu, pivots, _ = lu_factor(b, _as_aten_factors(b, a))
+    return lu, pivots, call(b, aten.diagonal.default, lu, 0, -2, -1)
+
+
 @register(aten._linalg_det.default)
 def linalg_det(b: GraphBuilder, a: Value):
-    _square(a, "linalg.det")
-    _check_float(a, "linalg.det")
-    lu, pivots, _ = lu_factor(b, _as_aten_factors(b, a))
-    diag = call(b, aten.diagonal.default, lu, 0, -2, -1)
+    lu, pivots, diag = _det_factors(b, a, "linalg.det")
     det = call(b, aten.mul.Tensor, call(b, aten.prod.dim_int, diag, -1), _swaps_sign(b, pivots, a.dtype))
     return det, lu, pivots
 
 
 @register(aten._linalg_slogdet.default)
 def linalg_slogdet(b: GraphBuilder, a: Value):
-    _square(a, "linalg.slogdet")
-    _check_float(a, "linalg.slogdet")
-    lu, pivots, _ = lu_factor(b, _as_aten_factors(b, a))
-    diag = call(b, aten.diagonal.default, lu, 0, -2, -1)
+    lu, pivots, diag = _det_factors(b, a, "linalg.slogdet")
     sign = call(b, aten.mul.Tensor, call(b, aten.prod.dim_int, call(b, aten.sign.default, diag), -1),
                 _swaps_sign(b, pivots, a.dtype))
     logabs = call(b, aten.sum.dim_IntList, call(b, aten.log.default, call(b, aten.abs.default, diag)), [-1])
