@@ -364,6 +364,11 @@ struct ProgramWork final : device::Work {
   std::vector<c10::Storage> keep_alive;
   runtime::RngState rng;
   void run() override {
+    if (any_poisoned()) {  // a program queued before an earlier one failed may read its lost values
+      std::vector<const c10::StorageImpl*> read;
+      for (const c10::Storage& s : keep_alive) read.push_back(s.unsafeGetStorageImpl());
+      if (poisoned_input(read, written_storages())) return;
+    }
     try {
       program->executable->run(inputs, outputs, rng);
     } catch (c10::Error& e) {

@@ -720,6 +720,13 @@ struct FusedWork final : device::Work {
   const char* cause = "";
 
   void run() override {
+    if (any_poisoned()) {  // a graph queued before an earlier one failed may read its lost values
+      std::vector<const c10::StorageImpl*> read;
+      for (const runtime::Binding& b : inputs) {
+        if (b.owner) read.push_back(static_cast<const c10::StorageImpl*>(b.owner.get()));
+      }
+      if (poisoned_input(read, written)) return;
+    }
     try {
       program->executable->run_and_release(inputs, outputs, runtime::RngState{});
     } catch (c10::Error& e) {

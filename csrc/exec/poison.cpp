@@ -55,19 +55,36 @@ ErrorKind kind_of(const c10::Error& e) {
   TORCH_CHECK(false, msg);
 }
 
-}  // namespace
-
-void poison(const std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>& storages, const c10::Error& error) {
-  const ErrorKind kind = kind_of(error);
-  std::lock_guard<std::mutex> lock(g_mu);
+void poison_locked(const std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>& storages, ErrorKind kind,
+                   const std::string& message) {
   for (auto it = g_poisoned.begin(); it != g_poisoned.end();) {  // forget storages freed since
     it = it->second.storage.expired() ? g_poisoned.erase(it) : std::next(it);
   }
   for (const auto& weak : storages) {
     c10::intrusive_ptr<c10::StorageImpl> s = weak.lock();
-    if (s) g_poisoned.insert_or_assign(s.get(), Poisoned{weak, kind, error.what_without_backtrace()});
+    if (s) g_poisoned.insert_or_assign(s.get(), Poisoned{weak, kind, message});
   }
   update_flag_locked();
+}
+
+}  // namespace
+
+void poison(const std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>& storages, const c10::Error& error) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  poison_locked(storages, kind_of(error), error.what_without_backtrace());
+}
+
+bool poisoned_input(const std::vector<const c10::StorageImpl*>& read,
+                    const std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>& written) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (const c10::StorageImpl* s : read) {
+    auto it = g_poisoned.find(s);
+    if (it == g_poisoned.end() || it->second.storage.expired()) continue;
+    const Poisoned source = it->second;  // copied: poison_locked may rehash the map
+    poison_locked(written, source.kind, source.message);
+    return true;
+  }
+  return false;
 }
 
 void check_not_poisoned(const at::Tensor& t) {

@@ -31,6 +31,13 @@ inline bool any_poisoned() { return detail::g_any_poisoned.load(std::memory_orde
 // Marks `storages` (those still alive) as holding values lost when `error` was raised.
 void poison(const std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>& storages, const c10::Error& error);
 
+// For a queued program about to run: if a storage it reads is poisoned, its results would be
+// computed from lost values, so `written` is poisoned with that storage's error and true is
+// returned (the caller skips the run; the original error is already on its way to the host).
+// False otherwise. Callers test any_poisoned() first.
+bool poisoned_input(const std::vector<const c10::StorageImpl*>& read,
+                    const std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>& written);
+
 // Raises (the poisoning error's type) if t's storage is poisoned.
 void check_not_poisoned(const at::Tensor& t);
 

@@ -587,6 +587,36 @@ def test_tensors_written_by_a_failed_graph_raise_instead_of_reading_garbage():
     assert (x * 2).sum().item() == 90.0
 
 
+@pytest.mark.parametrize("mode", ["fused", "strict"])
+def test_work_queued_after_a_failed_graph_does_not_compute_from_its_lost_values(mode: str):
+    # A graph (fused) or op (strict) queued behind the failing one, before the failure is known
+    # on the host, reads the failed one's unwritten result: its own results are lost too and
+    # raise when used, instead of holding values computed from uninitialized memory. A fused
+    # graph is one program, so a value it computes from intact memory is lost with it; strict
+    # mode's separate programs keep such values.
+    torch_tpu.set_mode(mode)
+    x = torch.arange(10.0, device="tpu")
+    big = torch.randn(512, 512, device="tpu")
+    torch_tpu.sync()
+    busy = big @ big  # strict: keeps the stream busy so the next ops queue behind it
+    bad = (x * 1)[torch.tensor([11], device="tpu")]
+    if mode == "fused":
+        torch_tpu._C._fused_flush(-1, "optimizer_step")  # queues the graph without waiting for it
+    derived = bad * 2 + 1
+    independent = x * 3
+    with pytest.raises(IndexError, match="index 11 is out of bounds"):
+        torch_tpu.sync()
+    with pytest.raises(IndexError, match="value was lost.*index 11 is out of bounds"):
+        derived.tolist()
+    if mode == "fused":
+        with pytest.raises(IndexError, match="value was lost"):
+            independent.tolist()
+    else:
+        assert independent.tolist() == [3.0 * i for i in range(10)]
+    assert (x * 3).tolist() == [3.0 * i for i in range(10)]  # memory only read stays intact
+    assert busy.shape == (512, 512)
+
+
 def test_graph_size_is_bounded():
     code = textwrap.dedent("""
         import torch, torch_tpu
