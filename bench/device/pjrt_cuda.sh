@@ -3,8 +3,8 @@
 # torch_tpu against the machine's torch, points it at the CUDA plugin of the installed
 # jax-cuda13-pjrt, runs tests/pjrt, the GPT training benchmark next to native cuda eager, and a
 # float32 OpInfo subset. No network, no pip. Results go to $OUT (default ./pjrt_cuda_out).
-# Budget knobs (seconds): BUILD_LIMIT, TEST_LIMIT, BENCH_LIMIT, OPINFO_LIMIT. PHASES (default
-# "build,tests,bench,opinfo") selects phases, so a device lent with a 10-minute limit per command
+# Budget knobs (seconds): BUILD_LIMIT, TEST_LIMIT, BENCH_LIMIT, FUSED_LIMIT, OPINFO_LIMIT. PHASES
+# (default "build,tests,bench,opinfo"; "fused" adds bench/fused_vs_strict.py on the GPU) selects phases, so a device lent with a 10-minute limit per command
 # can run PHASES=build first and PHASES=tests,bench,opinfo in a second call (build-device/ stays).
 # Device time is scarce, so two things may travel with the tree: wheels in .whl/ (test-only
 # packages the machine lacks, e.g. expecttest) are installed into a scratch folder, and a
@@ -87,6 +87,13 @@ export TORCH_TPU_CACHE_DIR=${TORCH_TPU_CACHE_DIR:-/tmp/torch_tpu_device_cache}
 #    it is the figure the check exists for).
 if want bench; then
   step bench "${BENCH_LIMIT:-200}" "$PY" bench/device/pjrt_cuda.py --out "$OUT/bench.json"
+fi
+
+# 3b. The fused-eager issue's benchmark (fused vs strict, same process) with the GPU as the device:
+#     on a real accelerator strict mode pays one program launch per op, which is what fusion saves.
+if want fused; then
+  step fused_vs_strict "${FUSED_LIMIT:-300}" "$PY" bench/fused_vs_strict.py --rounds "${FUSED_ROUNDS:-3}" \
+    --only "${FUSED_ONLY:-gpt,resnet,gpt2width,preprocess}"
 fi
 
 # 4. Loader + runtime tests on the GPU.

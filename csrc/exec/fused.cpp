@@ -168,7 +168,9 @@ constexpr uint64_t kMissesBeforeWarning = 64;
 
 std::mutex g_mu;  // guards everything below
 std::map<c10::DeviceIndex, Pending> g_pending;
-FusedCache g_cache;
+// Never destroyed, like the per-op program cache: its executables must not be released during
+// static destruction, after a PJRT plugin's driver (CUDA) has already shut down at exit.
+FusedCache& g_cache = *new FusedCache;
 FusedStats g_stats;
 std::map<std::string, uint64_t> g_host_read_lines;
 std::atomic<int> g_pending_ops{0};  // fast "anything pending?" for the flush hook
