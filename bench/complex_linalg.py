@@ -1,4 +1,4 @@
-"""Complex values, FFTs and LU-based linear algebra on "tpu" (host runtime) against native CPU.
+"""Complex values, FFTs, LU-based and Jacobi-based linear algebra on "tpu" (host runtime) against native CPU.
 
 Same process, same inputs; rounds alternate the two and the median per-round ratio is printed
 (tpu time / CPU time: above 1 is slower), because these 2 shared cores drift. The tpu side ends
@@ -11,6 +11,8 @@ Workloads:
   stft      Whisper's front end: stft of 30 s of 16 kHz audio, n_fft 400, hop 160, magnitudes
   solve     torch.linalg.solve of 32 batched 64 x 64 systems (LU unrolled over 64 columns)
   det       torch.linalg.det of 32 batched 64 x 64 matrices
+  svd       torch.linalg.svd of 32 batched 32 x 32 matrices (Jacobi: 9 sweeps of 31 rounds)
+  eigh      torch.linalg.eigh of 32 batched symmetric 32 x 32 matrices
 
 Run: .venv/bin/python bench/complex_linalg.py [--rounds 5] [--window 0.3] [--only rope,rfft]
 """
@@ -42,6 +44,8 @@ def workloads() -> dict[str, tuple[Callable[[str], tuple], Callable]]:
     audio = torch.randn(16000 * 30, generator=g)
     a = torch.randn(32, 64, 64, generator=g) + 8 * torch.eye(64)
     rhs = torch.randn(32, 64, 4, generator=g)
+    small = torch.randn(32, 32, 32, generator=g)
+    sym = small + small.mT
 
     def on(*ts):
         return lambda dev: tuple(t.to(dev) for t in ts)
@@ -56,6 +60,9 @@ def workloads() -> dict[str, tuple[Callable[[str], tuple], Callable]]:
         "stft": (on(audio), stft),
         "solve": (on(a, rhs), torch.linalg.solve),
         "det": (on(a), torch.linalg.det),
+        # U and V are computed; the values (free of the vectors' signs) are compared and read
+        "svd": (on(small), lambda m: torch.linalg.svd(m, full_matrices=False)[1]),
+        "eigh": (on(sym), lambda m: torch.linalg.eigh(m)[0]),
     }
 
 

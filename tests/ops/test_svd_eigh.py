@@ -1,7 +1,7 @@
 """SVD and the symmetric eigendecomposition on "tpu" (torch_tpu/lowering/svd.py: one-sided
 Jacobi written in IR ops), beyond OpInfo's 3x5 samples: the largest order the program unrolls,
-rank-deficient and repeated spectra, batches, empty shapes, what builds on them (pinv, lstsq-
-style solves, matrix_rank, spectral norms) and what raises.
+rank-deficient and repeated spectra, batches, empty shapes, what builds on them (pinv, lstsq,
+matrix_rank, spectral norms) and what raises.
 
 Singular vectors and eigenvectors are unique only up to sign (CUDA's differ from CPU's too), so
 they are checked through sign-free quantities: reconstructions, orthonormality, |v|.
@@ -114,6 +114,33 @@ def test_empty_shapes_and_float64() -> None:
             assert g.shape == w.shape
     a = _randn(5, 5, dtype=torch.float64)
     torch.testing.assert_close(torch.linalg.svdvals(a.to(DEV)).cpu(), torch.linalg.svdvals(a), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize("shape", [(6, 3), (3, 6), (4, 4)])
+def test_lstsq_outputs_follow_each_cpu_driver(driver: str, shape: tuple[int, int]) -> None:
+    a, rhs = _randn(2, *shape), _randn(1, shape[0], 2, seed=1)  # rhs's batch broadcasts
+    got = torch.linalg.lstsq(a.to(DEV), rhs.to(DEV), driver=driver)
+    want = torch.linalg.lstsq(a, rhs, driver=driver)
+    for name, g, w in zip(("solution", "residuals", "rank", "singular_values"), got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, name
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_lstsq_of_a_rank_deficient_system_is_the_minimum_norm_solution() -> None:
+    a = _randn(8, 2) @ _randn(2, 4, seed=1)  # rank 2 of 4
+    rhs = _randn(8, seed=2)  # a vector right-hand side
+    got = torch.linalg.lstsq(a.to(DEV), rhs.to(DEV), driver="gelsd")
+    want = torch.linalg.lstsq(a, rhs, driver="gelsd")
+    for name, g, w in zip(("solution", "rank", "singular_values"), got[::2] + got[3:], want[::2] + want[3:]):
+        assert g.shape == w.shape, name
+    torch.testing.assert_close(got.solution.cpu(), want.solution, rtol=1e-4, atol=1e-4)
+    # CPU leaves the residuals empty for a rank-deficient A (a shape picked from the data); a
+    # program's shapes are fixed, so they are computed: |A x - b|^2
+    residual = (a @ want.solution - rhs).pow(2).sum().reshape(1)
+    torch.testing.assert_close(got.residuals.cpu(), residual, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(got.singular_values.cpu(), want.singular_values, rtol=0, atol=1e-4)
+    assert got.rank.item() == want.rank.item() == 2
 
 
 def test_unsupported_inputs_raise_clear_errors() -> None:

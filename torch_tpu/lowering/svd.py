@@ -36,7 +36,7 @@ from .apply import call
 from .nn import check
 from .qr import householder, _q
 from .registry import register
-from .triangular import _check_float, _square
+from .triangular import _batched, _check_float, _square
 
 aten = torch.ops.aten
 
@@ -186,3 +186,45 @@ def linalg_eigh(b: GraphBuilder, a: Value, UPLO: str = "L", compute_v: bool = Tr
     if not compute_v:
         return vals, b.full(0.0, a.dtype, [0])
     return vals, _by(b, v, idx)
+
+
+@register(aten.linalg_lstsq.default)
+def linalg_lstsq(b: GraphBuilder, a: Value, rhs: Value, rcond: float | None = None, driver: str | None = None):
+    """Least squares through the SVD: X = V diag(1/s) U^T B over the singular values above
+    rcond * max(s) (the minimum-norm solution, as gelsy/gelsd give for rank-deficient A). The
+    outputs follow CPU's drivers: rank for all but gels, singular values for gelsd/gelss, and the
+    residuals |A X - B|^2 per column when m > n (except gelsy). CPU leaves the residuals empty
+    when some matrix is rank-deficient; a program cannot pick its output shape from the data,
+    so here they are computed for every matrix."""
+    driver = driver or "gelsy"
+    check(driver in ("gels", "gelsy", "gelsd", "gelss"), f"torch.linalg.lstsq: parameter `driver` should be one of "
+          f"(gels, gelsy, gelsd, gelss)")
+    check(a.rank >= 2, "torch.linalg.lstsq: input must have at least 2 dimensions.")
+    _check_float(a, "torch.linalg.lstsq")
+    check(a.dtype == rhs.dtype, f"torch.linalg.lstsq: Expected input and other to have the same dtype, but got "
+          f"input's dtype {a.dtype} and other's dtype {rhs.dtype}")
+    vector = rhs.rank == a.rank - 1
+    x_rhs = call(b, aten.unsqueeze.default, rhs, -1) if vector else rhs
+    check(x_rhs.shape[-2] == a.shape[-2], f"torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    a, x_rhs = _batched(b, a, x_rhs)
+    *batch, m, n = a.shape
+    u, s, vh = linalg_svd(b, a, False, True)
+    cutoff = rcond if rcond is not None and rcond > 0 else torch.finfo(a.dtype).eps * max(m, n)
+    keep = call(b, aten.gt.Tensor, s, call(b, aten.mul.Tensor, call(b, aten.amax.default, s, [-1], True), cutoff)) \
+        if min(m, n) else s
+    inv = call(b, aten.where.self, keep, call(b, aten.reciprocal.default, s), b.full(0.0, a.dtype, s.shape)) \
+        if min(m, n) else s
+    coeff = call(b, aten.mul.Tensor, call(b, aten.unsqueeze.default, inv, -1),
+                 call(b, aten.matmul.default, call(b, aten.transpose.int, u, -2, -1), x_rhs))
+    x = call(b, aten.matmul.default, call(b, aten.transpose.int, vh, -2, -1), coeff)
+    empty = b.full(0.0, a.dtype, [0])
+    if m > n and driver != "gelsy":
+        diff = call(b, aten.sub.Tensor, call(b, aten.matmul.default, a, x), x_rhs)
+        residuals = call(b, aten.sum.dim_IntList, call(b, aten.mul.Tensor, diff, diff), [-2])  # [..., 1] for a vector, as CPU
+    else:
+        residuals = empty
+    rank = b.full(0, torch.int64, [0]) if driver == "gels" else (
+        call(b, aten.sum.dim_IntList, b.convert(keep, torch.int64), [-1]) if min(m, n) else
+        b.full(0, torch.int64, batch))
+    values = s if driver in ("gelsd", "gelss") else empty
+    return (call(b, aten.squeeze.dim, x, -1) if vector else x), residuals, rank, values
