@@ -375,13 +375,6 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     ('_upsample_bilinear2d_aa', '', 'float64', 'grad'): 'no lowering for aten::_upsample_bilinear2d_aa',
     ('_upsample_bilinear2d_aa', '', 'float64', 'strict'): 'no lowering for aten::_upsample_bilinear2d_aa',
     ('_upsample_bilinear2d_aa', '', 'uint8', 'strict'): 'no lowering for aten::_upsample_bilinear2d_aa',
-    # no lowering: no lowering for aten::linalg_lstsq — 2 entries, 6 checks
-    ('linalg.lstsq', '', 'complex64', 'strict'): 'no lowering for aten::linalg_lstsq',
-    ('linalg.lstsq', '', 'float32', 'strict'): 'no lowering for aten::linalg_lstsq',
-    ('linalg.lstsq', '', 'float64', 'strict'): 'no lowering for aten::linalg_lstsq',
-    ('linalg.lstsq', 'grad_oriented', 'complex64', 'strict'): 'no lowering for aten::linalg_lstsq',
-    ('linalg.lstsq', 'grad_oriented', 'float32', 'strict'): 'no lowering for aten::linalg_lstsq',
-    ('linalg.lstsq', 'grad_oriented', 'float64', 'strict'): 'no lowering for aten::linalg_lstsq',
     # no lowering: no lowering for aten::ormqr — 1 entries, 6 checks
     ('ormqr', '', 'complex64', 'strict'): 'no lowering for aten::ormqr',
     ('ormqr', '', 'float32', 'debug'): 'no lowering for aten::ormqr',
@@ -473,6 +466,9 @@ EXPECTED_FAILURES: dict[tuple[str, str, str, str], str] = {
     # no lowering: no lowering for aten::_linalg_slogdet — 2 entries, 2 checks
     ('linalg.slogdet', '', 'complex64', 'strict'): 'no lowering for aten::_linalg_slogdet',
     ('logdet', '', 'complex64', 'strict'): 'no lowering for aten::_linalg_slogdet',
+    # no lowering: no lowering for aten::linalg_lstsq — 2 entries, 2 checks
+    ('linalg.lstsq', '', 'complex64', 'strict'): 'no lowering for aten::linalg_lstsq',
+    ('linalg.lstsq', 'grad_oriented', 'complex64', 'strict'): 'no lowering for aten::linalg_lstsq',
     # no lowering: no lowering for aten::linalg_lu_solve — 2 entries, 2 checks
     ('linalg.lu_solve', '', 'complex64', 'strict'): 'no lowering for aten::linalg_lu_solve',
     ('lu_solve', '', 'complex64', 'strict'): 'no lowering for aten::linalg_lu_solve',
