@@ -41,7 +41,8 @@ REPRESENTATIVE = (
     "nn.functional.layer_norm", "nn.functional.gelu", "nn.functional.silu", "nn.functional.max_pool2d",
     "nn.functional.cross_entropy", "nn.functional.batch_norm", "nn.functional.avg_pool2d",
     "index_select", "gather", "scatter_add", "cat", "permute", "reshape", "flip", "tril", "masked_fill", "argmax",
-    "sort", "fft.rfft", "fft.ifft", "linalg.solve", "linalg.det", "linalg.qr", "polar",
+    "sort", "fft.rfft", "fft.ifft", "linalg.solve", "linalg.det", "linalg.qr", "polar", "linalg.svd", "linalg.eigh",
+    "linalg.pinv", "linalg.lstsq",
 )
 
 # Entries whose compiled graph runs (part of) its ops eagerly, with the reason.

@@ -33,6 +33,7 @@ import torch
 
 from ..ir.builder import GraphBuilder, Value
 from .apply import call
+from .decompositions import EXTRA_DECOMPOSITIONS
 from .nn import check
 from .qr import householder, _q
 from .registry import register
@@ -228,3 +229,37 @@ def linalg_lstsq(b: GraphBuilder, a: Value, rhs: Value, rcond: float | None = No
         b.full(0, torch.int64, batch))
     values = s if driver in ("gelsd", "gelss") else empty
     return (call(b, aten.squeeze.dim, x, -1) if vector else x), residuals, rank, values
+
+
+def _pinv(a: torch.Tensor, atol: torch.Tensor | None = None, rtol: torch.Tensor | None = None,
+          hermitian: bool = False) -> torch.Tensor:
+    """linalg.pinv with tensor tolerances (the overload torch.compile graphs hold; eager calls
+    reach it through ATen's kernel): singular values at most max(atol, rtol * max(s)) count as
+    zero; rtol defaults to eps * max(m, n) unless only a positive atol is given, as ATen."""
+    m, n = a.shape[-2:]
+    # a graph may hold the tolerances as Python numbers (constants)
+    atol, rtol = (torch.full((), t, dtype=a.dtype, device=a.device) if isinstance(t, (int, float)) else t
+                  for t in (atol, rtol))
+    if rtol is None:
+        default = torch.finfo(a.dtype).eps * max(m, n)
+        rtol = torch.zeros((), dtype=a.dtype, device=a.device) if atol is not None else torch.full(
+            (), default, dtype=a.dtype, device=a.device)
+        if atol is not None:  # ATen: rtol is 0 when atol > 0, else the default
+            rtol = torch.where(atol > 0, rtol, torch.full((), default, dtype=a.dtype, device=a.device))
+    if atol is None:
+        atol = torch.zeros((), dtype=a.dtype, device=a.device)
+    if hermitian:
+        w, v = torch.linalg.eigh(a)
+        s, left, right_h = w.abs(), v, v.mT
+    else:
+        left, s, right_h = torch.linalg.svd(a, full_matrices=False)
+    if s.shape[-1] == 0:
+        return torch.zeros(*a.shape[:-2], n, m, dtype=a.dtype, device=a.device)
+    tol = torch.maximum(atol.unsqueeze(-1), rtol.unsqueeze(-1) * s.amax(-1, keepdim=True))
+    inv = torch.where(s > tol, 1.0 / s, torch.zeros_like(s))
+    if hermitian:  # V diag(1/w) V^T with w's signs kept
+        inv = torch.where(s > tol, 1.0 / w, torch.zeros_like(s))
+    return (right_h.mT * inv.unsqueeze(-2)) @ left.mT
+
+
+EXTRA_DECOMPOSITIONS[aten.linalg_pinv.atol_rtol_tensor] = _pinv
