@@ -1,4 +1,4 @@
-"""Lowerings: QR by Householder reflections (geqrf, linalg.qr, linalg.householder_product).
+"""Lowerings: QR by Householder reflections (geqrf, linalg.qr, linalg.householder_product, ormqr).
 
 Design: as LU (lowering/lu.py), written in IR ops because StableHLO has no QR: LAPACK's
 geqrf unrolled over the columns, with dlarfg's conventions, so Q and R match CPU's signs:
@@ -114,6 +114,19 @@ def geqrf(b: GraphBuilder, a: Value):
     return packed, call(b, aten.stack.default, taus, -1)
 
 
+def _unpacked(b: GraphBuilder, a: Value, tau: Value) -> tuple[list[Value], list[Value]]:
+    """The reflectors v_j (1 at j, a[j+1:, j] below, 0 above) and tau_j of geqrf's compact form."""
+    *batch, m, _ = a.shape
+    rows = _rows(b, batch, m)
+    vs, taus = [], []
+    for j in range(tau.shape[-1]):
+        col = call(b, aten.select.int, a, -1, j)
+        v = call(b, aten.where.self, call(b, aten.gt.Scalar, rows, j), col, b.full(0.0, a.dtype, [*batch, m]))
+        vs.append(call(b, aten.where.self, call(b, aten.eq.Scalar, rows, j), b.full(1.0, a.dtype, [*batch, m]), v))
+        taus.append(call(b, aten.select.int, tau, -1, j))
+    return vs, taus
+
+
 @register(aten.linalg_householder_product.default)
 def householder_product(b: GraphBuilder, a: Value, tau: Value) -> Value:
     check(a.rank >= 2, "torch.linalg.householder_product: input must have at least 2 dimensions.")
@@ -122,11 +135,25 @@ def householder_product(b: GraphBuilder, a: Value, tau: Value) -> Value:
     k = tau.shape[-1]
     check(k <= n <= m, "torch.linalg.householder_product: input.shape[-2] must be greater than or equal to "
           "input.shape[-1] and input.shape[-1] must be greater than or equal to tau.shape[-1]")
-    rows = _rows(b, batch, m)
-    vs, taus = [], []
-    for j in range(k):
-        col = call(b, aten.select.int, a, -1, j)
-        v = call(b, aten.where.self, call(b, aten.gt.Scalar, rows, j), col, b.full(0.0, a.dtype, [*batch, m]))
-        vs.append(call(b, aten.where.self, call(b, aten.eq.Scalar, rows, j), b.full(1.0, a.dtype, [*batch, m]), v))
-        taus.append(call(b, aten.select.int, tau, -1, j))
+    vs, taus = _unpacked(b, a, tau)
     return _q(b, vs, taus, batch, m, n, a.dtype)
+
+
+@register(aten.ormqr.default)
+def ormqr(b: GraphBuilder, a: Value, tau: Value, other: Value, left: bool = True, transpose: bool = False) -> Value:
+    """Q C, Q^T C, C Q or C Q^T with Q = H_0 ... H_{k-1} from geqrf's compact form, without
+    forming Q: the reflections are applied to C in the order the product asks."""
+    check(a.rank >= 2 and other.rank >= 2, "torch.ormqr: input and other must have at least 2 dimensions.")
+    _check_float(a, "torch.ormqr")
+    check(a.dtype == tau.dtype == other.dtype, "torch.ormqr: input, tau and other must have the same dtype")
+    m = a.shape[-2]
+    check(other.shape[-2 if left else -1] == m, f"torch.ormqr: other.shape[{-2 if left else -1}] must be equal "
+          f"to input.shape[-2]")
+    check(tau.shape[-1] <= min(m, a.shape[-1]), "torch.ormqr: tau.shape[-1] must be less than or equal to "
+          "input.shape[-1]")
+    vs, taus = _unpacked(b, a, tau)
+    c = other if left else call(b, aten.transpose.int, other, -2, -1)  # C Q = (Q^T C^T)^T
+    first_to_last = transpose if left else not transpose  # Q^T C applies H_0 first
+    for v, t in (zip(vs, taus) if first_to_last else zip(reversed(vs), reversed(taus))):
+        c = _reflect(b, c, v, t)
+    return c if left else call(b, aten.transpose.int, c, -2, -1)
