@@ -478,21 +478,11 @@ def cummin(b, x, dim):
 
 @register(aten.logcumsumexp.default)
 def logcumsumexp(b: GraphBuilder, x: Value, dim: int) -> Value:
-    """log(cumsum(exp(x - M))) + M with M the max of the whole slice.
+    """The graph form torch.compile meets; the scan is lowering/logcumsumexp.py's (stable where a
+    shift by the slice max underflows), which eager calls reach through ATen's _logcumsumexp."""
+    from .logcumsumexp import _logcumsumexp
 
-    Shifting by the slice max avoids overflow; the sum runs in float64 so that elements far
-    below the max (up to ~700 nats) still contribute instead of underflowing to 0.
-    """
-    out = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
-    d = canonical_dim(dim, x.rank)
-    xc = b.convert(x, torch.float64)
-    if x.rank == 0 or x.numel() == 0:
-        return b.convert(xc, out)
-    m = b.reduce(xc, "max", [d])
-    m = b.select(b.is_finite(m), m, _full_like(b, 0.0, m))
-    mb = _bcast_back(b, m, x.shape, [d])
-    r = b.add(b.log(b.scan(b.exp(b.sub(xc, mb)), "sum", d)), mb)
-    return b.convert(r, out)
+    return _logcumsumexp(b, x, dim)
 
 
 # -- logical reductions -------------------------------------------------------------------------
