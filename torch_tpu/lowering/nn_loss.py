@@ -4,6 +4,14 @@ Reductions follow at::Reduction: 0 none, 1 mean, 2 sum. Mean is sum / numel (NaN
 input), except NLL whose mean divides by the total weight of the non-ignored targets (0/0 = NaN
 when every target is ignored, as on CPU). Everything is computed in the op-math dtype (float32
 for half types) and rounded once.
+
+The multi-class margin losses are vectorized versions of CPU's per-sample loops: multi_margin's
+per-class hinge terms select through a one-hot of the target, and multilabel_margin's (target
+slot, class) hinge terms form an [N, C, C] mask, whose counts the backward scatters back to the
+target classes. Target slots after the first negative one are masked out (CPU stops reading
+there; a graph cannot stop early). multi_margin's forward is PyTorch's decomposition (its
+one-sample unreduced shape fixed to CPU's); multilabel_margin's forward is written here, since
+the decomposition also counts the slots after the first -1.
 """
 
 from __future__ import annotations
@@ -13,8 +21,9 @@ import math
 import torch
 
 from ..ir.builder import GraphBuilder, Value
+from .apply import trace_decomposition
 from .core import broadcast_shapes, broadcast_to, opmath
-from .nn import check, full, one_hot_select, rsum, splat
+from .nn import baked_float, check, full, one_hot_select, rsum, splat
 from .registry import register
 
 aten = torch.ops.aten
@@ -256,3 +265,144 @@ def nll_loss_backward(b: GraphBuilder, go: Value, x: Value, target: Value, weigh
                    b.broadcast_in_dim(valid, x.shape, rest))
     gi = b.select(hit, b.broadcast_in_dim(val, x.shape, rest), full(b, 0, comp, x.shape))
     return b.convert(b.reshape(gi, orig_shape), x.dtype)
+
+
+# -- multi-class margin losses -----------------------------------------------------------------
+
+@register(aten.multi_margin_loss.default)
+def multi_margin_loss(b: GraphBuilder, x: Value, target: Value, p: Value, margin: Value, weight: Value | None,
+                      reduction: int) -> Value:
+    """PyTorch's decomposition, with CPU's unreduced shape: a 0-d target gives a 0-d loss (the
+    decomposition keeps a [1] batch dim for it)."""
+    loss = trace_decomposition(b, aten.multi_margin_loss.default, [x, target, p, margin, weight, reduction])
+    return b.reshape(loss, ()) if reduction == NONE and target.rank == 0 else loss
+
+
+_TYPE_NAMES = {torch.float16: "Half", torch.bfloat16: "BFloat16"}
+
+
+def _margin_frames(x: Value, name: str) -> tuple[int, int]:
+    """(samples, classes) of a margin loss input: [C] or a 0-d input is one sample, as on CPU."""
+    check(x.rank <= 2 and (x.rank < 2 or x.shape[1] != 0) and (x.rank != 1 or x.shape[0] != 0),
+          f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {list(x.shape)}")
+    check(x.dtype in (torch.float32, torch.float64),
+          f"\"{name}\" not implemented for '{_TYPE_NAMES.get(x.dtype, str(x.dtype))}'", NotImplementedError)
+    if x.rank <= 1:
+        return 1, (x.shape[0] if x.rank == 1 else 1)
+    return x.shape[0], x.shape[1]
+
+
+def _times_grad_output(b: GraphBuilder, gi: Value, go: Value, reduction: int) -> Value:
+    """gi [N, C] times the incoming gradient: one scalar when reduced (or for a single sample's
+    0-d loss), else one per sample, as CPU scales its grad_input."""
+    g = b.convert(go, gi.dtype)
+    if reduction != NONE or g.rank == 0:
+        return b.mul(gi, b.broadcast_in_dim(b.reshape(g, ()), gi.shape, ()))
+    return b.mul(gi, b.broadcast_in_dim(b.reshape(g, (gi.shape[0],)), gi.shape, (0,)))
+
+
+@register(aten.multi_margin_loss_backward.default)
+def multi_margin_loss_backward(b: GraphBuilder, go: Value, x: Value, target: Value, p: Value, margin: Value,
+                               weight: Value | None, reduction: int) -> Value:
+    """d/dx of sum over classes d != y of w[y] max(0, margin - x[y] + x[d])^p / C (mean: also / N).
+    Each active hinge gives class d the slope h = g (p = 1) or 2 g z (p = 2), times w[y], and
+    the target class -sum of them; g = 1 / C, or 1 / (N C) for mean, as CPU."""
+    n, c = _margin_frames(x, "multi_margin_loss_backward_cpu_kernel")
+    power = int(baked_float(p))  # CPU reads p as an int: 2.5 is 2
+    check(power in (1, 2), "only p == 1 and p == 2 supported")
+    check(target.rank <= 1 and target.numel() == n, f"inconsistent target size, expected {n} but got "
+          f"{list(target.shape)}")
+    check(weight is None or weight.numel() == c,
+          f"inconsistent weight size, expected {c} but got {list(weight.shape) if weight is not None else []}")
+    comp, shape = x.dtype, (n, c)
+    xc = b.reshape(x, shape)
+    t = b.reshape(b.convert(target, torch.int64), (n,))
+    is_target = one_hot_select(b, t, c, 1, shape)
+    x_t = b.broadcast_in_dim(b.reshape(b.gather(xc, b.reshape(t, (n, 1)), 1), (n,)), shape, (0,))
+    z = b.add(b.sub(splat(b, margin, comp, shape), x_t), xc)
+    g = full(b, 1.0 / max(n * c, 1) if reduction == MEAN else 1.0 / c, comp, shape)
+    h = g if power == 1 else b.mul(b.mul(full(b, 2, comp, shape), g), z)
+    if weight is not None:
+        w_t = b.gather(b.reshape(b.convert(weight, comp), (c,)), t, 0)
+        h = b.mul(h, b.broadcast_in_dim(w_t, shape, (0,)))
+    zero = full(b, 0, comp, shape)
+    active = b.binary("and", b.compare("gt", z, zero), b.unary("not", is_target))
+    h = b.select(active, h, zero)
+    target_slope = b.broadcast_in_dim(b.neg(rsum(b, h, [1])), shape, (0,))
+    gi = b.select(is_target, target_slope, h)
+    return b.reshape(_times_grad_output(b, gi, go, reduction), x.shape)
+
+
+def _check_multilabel(x: Value, target: Value, name: str) -> tuple[int, int]:
+    n, c = _margin_frames(x, name)
+    check(target.numel() == n * c and (x.rank == 2) == (target.rank == 2),
+          f"inconsistent target size: {list(target.shape)} for input of size: {list(x.shape)}")
+    return n, c
+
+
+def _multilabel_hinges(b: GraphBuilder, xc: Value, target: Value, not_target: Value | None):
+    """The hinge terms of multilabel_margin over [N, slot k, class d], xc [N, C]: (z = 1 - x[t_k]
+    + x[d], active = slot k counts, d is not a target class and z > 0, the slots' clamped target
+    classes [N, C], which slots count [N, C], the listed classes [N, C] bool). not_target: the
+    classes to consider (the backward's saved is_target), else those the target lists."""
+    n, c = xc.shape
+    shape, cube = (n, c), (n, c, c)
+    t = b.reshape(b.convert(target, torch.int64), shape)
+    zero_i = b.full(0, torch.int64, shape)
+    # Slot k counts while no negative target precedes or is at it: CPU's loop breaks there.
+    negatives_so_far = b.scan(b.convert(b.compare("lt", t, zero_i), torch.int64), "sum", 1)
+    valid = b.compare("eq", negatives_so_far, zero_i)
+    safe_t = b.select(valid, t, zero_i)
+    listed = b.binary("and", b.broadcast_in_dim(valid, cube, (0, 1)),
+                      b.compare("eq", b.iota(torch.int64, cube, 2), b.broadcast_in_dim(safe_t, cube, (0, 1))))
+    is_target = b.reduce(listed, "or", [1])
+    if not_target is None:
+        not_target = b.unary("not", is_target)
+    x_t = b.gather(xc, safe_t, 1)  # x at each slot's target class
+    z = b.add(b.sub(full(b, 1, xc.dtype, cube), b.broadcast_in_dim(x_t, cube, (0, 1))),
+              b.broadcast_in_dim(xc, cube, (0, 2)))
+    active = b.binary("and", b.compare("gt", z, full(b, 0, xc.dtype, cube)),
+                      b.binary("and", b.broadcast_in_dim(valid, cube, (0, 1)),
+                               b.broadcast_in_dim(not_target, cube, (0, 2))))
+    return z, active, safe_t, is_target
+
+
+@register(aten.multilabel_margin_loss_forward.default)
+def multilabel_margin_loss_forward(b: GraphBuilder, x: Value, target: Value, reduction: int) -> tuple[Value, Value]:
+    """(loss, is_target): per sample, sum over target slots k (up to the first negative target)
+    and non-target classes d of max(0, 1 - x[t_k] + x[d]) / C. Written here rather than traced
+    from PyTorch's decomposition, which also counts the slots after the first -1 and keeps a
+    [1] batch dim for one sample's unreduced loss (CPU: 0-d)."""
+    n, c = _check_multilabel(x, target, "multilabel_margin_loss_forward_out_frame")
+    comp = x.dtype
+    z, active, _, is_target = _multilabel_hinges(b, b.reshape(x, (n, c)), target, None)
+    per_sample = b.div(rsum(b, b.select(active, z, full(b, 0, comp, z.shape)), [1, 2]), full(b, c, comp, (n,)))
+    if reduction == NONE:
+        loss = per_sample if target.rank == 2 else b.reshape(per_sample, ())
+    else:
+        loss = rsum(b, per_sample, [0])
+        if reduction == MEAN:  # an empty batch gives 0/0 = NaN, as on CPU
+            loss = b.div(loss, full(b, n, comp, ()))
+    return loss, b.reshape(b.convert(is_target, comp), target.shape)
+
+
+@register(aten.multilabel_margin_loss_backward.default)
+def multilabel_margin_loss_backward(b: GraphBuilder, go: Value, x: Value, target: Value, reduction: int,
+                                    is_target: Value) -> Value:
+    """Every active (k, d) hinge adds g to class d and -g to class t_k (a class listed twice
+    counts twice, as on CPU); g = 1 / C, or 1 / (N C) for mean. Which classes are targets comes
+    from the saved is_target, as CPU reads it."""
+    n, c = _check_multilabel(x, target, "multilabel_margin_loss_backward_out_frame")
+    check(tuple(is_target.shape) == tuple(target.shape),
+          f"Expected tensor for argument #3 'target' to have same size as tensor for argument #5 'is_target'; but "
+          f"{list(target.shape)} does not equal {list(is_target.shape)}")
+    comp, shape = x.dtype, (n, c)
+    not_target = b.compare("eq", b.reshape(b.convert(is_target, comp), shape), full(b, 0, comp, shape))
+    _, active, safe_t, _ = _multilabel_hinges(b, b.reshape(x, shape), target, not_target)
+    hits = b.convert(active, comp)
+    per_class = rsum(b, hits, [1])  # [N, d]: how often class d was pushed up
+    per_slot = rsum(b, hits, [2])  # [N, k]: how often slot k's class was pushed down (0 past the end)
+    pulled = b.scatter(full(b, 0, comp, shape), safe_t, per_slot, 1, "add")
+    g = full(b, 1.0 / max(n * c, 1) if reduction == MEAN else 1.0 / c, comp, shape)
+    gi = b.mul(b.sub(per_class, pulled), g)
+    return b.reshape(_times_grad_output(b, gi, go, reduction), x.shape)
