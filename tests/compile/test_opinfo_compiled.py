@@ -42,7 +42,9 @@ REPRESENTATIVE = (
     "nn.functional.cross_entropy", "nn.functional.batch_norm", "nn.functional.avg_pool2d",
     "index_select", "gather", "scatter_add", "cat", "permute", "reshape", "flip", "tril", "masked_fill", "argmax",
     "sort", "fft.rfft", "fft.ifft", "linalg.solve", "linalg.det", "linalg.qr", "polar", "linalg.svd", "linalg.eigh",
-    "linalg.pinv", "linalg.lstsq",
+    "linalg.pinv", "linalg.lstsq", "logcumsumexp", "frexp", "nextafter", "ormqr",
+    "nn.functional.grid_sample", "grid_sampler_3d", "_upsample_bilinear2d_aa", "nn.functional.pdist",
+    "_segment_reduce.lengths", "nn.functional.multilabel_margin_loss",
 )
 
 # Entries whose compiled graph runs (part of) its ops eagerly, with the reason.
