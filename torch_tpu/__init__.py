@@ -61,19 +61,22 @@ def _drain_autograd_device_threads() -> None:
     exit. The device thread runs one graph task at a time, so once a trivial backward of ours
     (run on the engine directly: no stashed object) has completed, the earlier graph tasks are
     gone; the GIL is released while the caller waits for it.
+
+    Every device is drained: whether a backward ran there cannot be told from its memory, since
+    one through empty tensors allocates nothing (and peak statistics can be reset). Ours is
+    through an empty leaf, so it allocates nothing, launches no program and starts no thread: the
+    engine routes it to the device's thread by the device of its gradient, and that thread only
+    accumulates the gradient into the leaf.
     """
     if not _autograd_device_threads_started():
         return
     from . import device
 
     for i in range(device.device_count()):
-        if device.max_memory_allocated(i) == 0:
-            continue  # nothing ran there, so no backward either
-        with torch.enable_grad():
-            x = torch.zeros((), device=f"tpu:{i}", requires_grad=True)
-            torch.autograd.Variable._execution_engine.run_backward(
-                (x * 1.0,), (torch.ones((), device=f"tpu:{i}"),), False, False, (), allow_unreachable=True,
-                accumulate_grad=True)
+        x = torch.empty((0,), device=f"tpu:{i}", requires_grad=True)
+        torch.autograd.Variable._execution_engine.run_backward(
+            (x,), (torch.empty((0,), device=f"tpu:{i}"),), False, False, (), allow_unreachable=True,
+            accumulate_grad=True)
 
 
 def _at_exit() -> None:
