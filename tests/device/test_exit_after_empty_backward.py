@@ -72,13 +72,15 @@ def test_a_backward_after_peak_statistics_were_reset_exits_cleanly() -> None:
 
 
 def test_the_drain_allocates_nothing_and_launches_nothing() -> None:
-    """The drain runs on every device, used or not: on one nothing ran on it must stay free."""
+    """The drain runs on every device, used or not: it allocates nothing, runs no program and starts
+    no thread (tpu:1 never ran anything; tpu:0 ran a backward before the snapshot)."""
     _exits_cleanly("""
         import os, torch, torch_tpu
         from torch_tpu import _C
-        a = torch.ones(3, requires_grad=True)
-        (a * 2).sum().backward()  # a CPU backward starts the device threads too
+        a = torch.ones(3, device="tpu:0", requires_grad=True)
+        (a * 2).sum().backward()  # runs on tpu:0's autograd thread, so the threads exist
         assert torch_tpu._autograd_device_threads_started()
+        torch.tpu.synchronize()
         threads = len(os.listdir("/proc/self/task"))
         mem = [dict(_C._memory_stats(i)) for i in range(2)]
         metrics = dict(_C._metrics())
