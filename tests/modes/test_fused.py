@@ -589,9 +589,10 @@ def test_tensors_written_by_a_failed_graph_raise_instead_of_reading_garbage():
 
 @pytest.mark.parametrize("mode", [
     pytest.param("fused", marks=pytest.mark.xfail(
-        strict=False, reason="known race, open: in about a third of runs on an idle machine the graph recorded "
-        "after the failing one is flushed and run without seeing the poisoned memory, and `derived` reads "
-        "back a value instead of raising (seen 2026-12-04; strict mode is not affected)")),
+        strict=False, reason="known race, open: in about a third of runs on an idle machine the failing graph's "
+        "error is already pending when sync() flushes the next graph, StreamQueue::enqueue rethrows it before "
+        "queuing, and the dropped graph's outputs (`derived`) are neither written nor poisoned (seen "
+        "2026-12-04; strict mode is not affected)")),
     "strict"])
 def test_work_queued_after_a_failed_graph_does_not_compute_from_its_lost_values(mode: str):
     # A graph (fused) or op (strict) queued behind the failing one, before the failure is known
