@@ -58,23 +58,13 @@ def _sample_both(x: torch.Tensor, g: torch.Tensor, mode: str, pad: str, ac: bool
 
 
 @pytest.mark.parametrize("run_mode", ["strict", "fused"])
-@pytest.mark.parametrize("mode,pad,ac", _COMBOS_2D)
-def test_2d_forward_and_gradients_match_cpu(mode: str, pad: str, ac: bool, run_mode: str) -> None:
-    x, g = _case(2)
+@pytest.mark.parametrize("dims,mode,pad,ac", [(2, *c) for c in _COMBOS_2D] + [(3, *c) for c in _COMBOS_3D])
+def test_forward_and_gradients_match_cpu(dims: int, mode: str, pad: str, ac: bool, run_mode: str) -> None:
+    x, g = _case(dims)
     (y, gx, gg), (ty, tgx, tgg) = _sample_both(x, g, mode, pad, ac, run_mode)
     torch.testing.assert_close(ty, y, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(tgx, gx, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(tgg, gg, rtol=1e-4, atol=1e-4)  # bicubic's grid gradient sums 16 taps
-
-
-@pytest.mark.parametrize("run_mode", ["strict", "fused"])
-@pytest.mark.parametrize("mode,pad,ac", _COMBOS_3D)
-def test_3d_forward_and_gradients_match_cpu(mode: str, pad: str, ac: bool, run_mode: str) -> None:
-    x, g = _case(3)
-    (y, gx, gg), (ty, tgx, tgg) = _sample_both(x, g, mode, pad, ac, run_mode)
-    torch.testing.assert_close(ty, y, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(tgx, gx, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(tgg, gg, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("dims", [2, 3])

@@ -31,10 +31,8 @@ _EUCLID_STEPS = {torch.uint8: 12, torch.int8: 12, torch.int16: 23, torch.int32: 
 
 @register(aten.gcd.default, prims.gcd.default)
 def gcd(b: GraphBuilder, x: Value, y: Value) -> Value:
-    check(x.dtype == y.dtype and x.dtype in _EUCLID_STEPS,
-          f"\"gcd_cpu\" not implemented for '{x.dtype}'" if x.dtype not in _EUCLID_STEPS
-          else "gcd: expected both operands to have the same integer dtype", NotImplementedError
-          if x.dtype not in _EUCLID_STEPS else RuntimeError)
+    check(x.dtype in _EUCLID_STEPS, f"\"gcd_cpu\" not implemented for '{x.dtype}'", NotImplementedError)
+    check(x.dtype == y.dtype, "gcd: expected both operands to have the same integer dtype")
     shape = list(torch.broadcast_shapes(tuple(x.shape), tuple(y.shape)))
     a = call(b, aten.abs.default, call(b, aten.expand.default, x, shape))
     c = call(b, aten.abs.default, call(b, aten.expand.default, y, shape))

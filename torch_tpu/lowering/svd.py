@@ -256,9 +256,8 @@ def _pinv(a: torch.Tensor, atol: torch.Tensor | None = None, rtol: torch.Tensor 
     if s.shape[-1] == 0:
         return torch.zeros(*a.shape[:-2], n, m, dtype=a.dtype, device=a.device)
     tol = torch.maximum(atol.unsqueeze(-1), rtol.unsqueeze(-1) * s.amax(-1, keepdim=True))
-    inv = torch.where(s > tol, 1.0 / s, torch.zeros_like(s))
-    if hermitian:  # V diag(1/w) V^T with w's signs kept
-        inv = torch.where(s > tol, 1.0 / w, torch.zeros_like(s))
+    # hermitian: V diag(1/w) V^T, w's signs kept (s = |w| only picks what counts as zero)
+    inv = torch.where(s > tol, 1.0 / (w if hermitian else s), torch.zeros_like(s))
     return (right_h.mT * inv.unsqueeze(-2)) @ left.mT
 
 
