@@ -28,10 +28,11 @@ READ_EVERY = 10
 # RSS is sampled in pages and moves with the Python and C++ heaps' own caching (arenas grow and
 # shrink in steps of 64 KiB..1 MiB), so a fit over the 20 post-warm-up samples of the short run has
 # a noise floor of a few hundred bytes per step (measured on a loaded 2-core machine: 120 to 580
-# B/step over 300-step runs, 70 B/step over 2,000 steps). A leak of one small tensor per step costs
-# at least its 512-byte block, its TensorImpl and storage (~1 KiB of host memory in all), so 2
-# KiB/step sits above the noise and below the smallest real leak plus bookkeeping; the long run
-# (1,000 samples) would show a 2 KiB/step leak as 20 MB.
+# B/step over 300-step runs, 70 B/step over 2,000 steps). A leaked device tensor shows exactly in
+# memory_allocated; RSS is for host-side leaks (graph records, cached programs, Python objects kept
+# by the runtime), and a leak of one fused graph record or one kept tensor with its TensorImpl,
+# storage and autograd node per step is a few KiB. 2 KiB/step is 3.5x the worst noise seen; the long
+# run (990 samples) has a noise floor ~50x lower and shows a 2 KiB/step leak as 20 MB.
 RSS_SLOPE_LIMIT = 2048.0
 
 
