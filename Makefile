@@ -50,6 +50,14 @@ test: test-cpp test-py
 test-full: build
 	TORCH_TPU_TEST_FULL=1 $(PY) -m pytest tests -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# Reliability stress (docs/reliability.md): 10,000 fuzz cases per mode against CPU (report in
+# $(BUILD)/fuzz-report.json; a case reruns with `tools/fuzz_ops.py --repro SEED --mode MODE`) and the
+# 10,000-step soak.
+.PHONY: test-stress
+test-stress: build
+	$(PY) tools/fuzz_ops.py --cases 10000 --seed 0 --modes strict,fused,compiled --jobs 2 --out $(BUILD)/fuzz-report.json
+	TORCH_TPU_STRESS=1 $(PY) -m pytest tests/reliability/test_soak.py -q -s -p no:cacheprovider $(PYTEST_ARGS)
+
 # OpInfo coverage table (docs/ops.md, docs/ops.json) and the README totals line.
 ops-table: build
 	$(PY) tools/gen_ops_table.py --readme
