@@ -75,13 +75,16 @@ CASES = {
         def setup():
             return {"keep": ones(40), "x": ones(8)}  # 48 MiB
         def cycle(s):
+            recorded = []
             def run():
                 with torch_tpu.mode("fused"):
                     a = s["x"] * 2
                     b = a + 1
                     c = b.exp()                      # 3 x 8 MiB to materialize
-                    return c.sum().item(), a, b
+                    recorded.append(True)            # recording allocated nothing
+                    return c.sum().item(), a, b      # the flush runs out
             expect_oom(run)
+            assert recorded, "OOM while recording, not in the flush"
     """,
     "compiled": """
         f = torch.compile(lambda x: (x * 2, x + 1, x * 3), backend="tpu")
