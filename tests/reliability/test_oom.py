@@ -2,7 +2,9 @@
 (TORCH_TPU_HOST_MEMORY, fixed per process, so each case runs in a subprocess) runs out
 - at an allocation (torch.empty larger than the device),
 - in the middle of backward (the forward fits; the gradient does not),
-- inside a fused-mode flush (the pending graph's outputs do not fit when it runs),
+- inside a fused-mode flush (an op recorded in fused mode finds the device full: the allocator
+  flushes the pending graph, flush cause "memory", retries and still fails; the flushed work
+  keeps its values),
 - inside a torch.compile(backend="tpu") graph (its outputs do not fit),
 20 times each after one warm-up cycle. Every time: torch.OutOfMemoryError, whose message gives
 the bytes requested, the capacity and what is allocated; afterwards memory_allocated() is back
@@ -75,16 +77,13 @@ CASES = {
         def setup():
             return {"keep": ones(40), "x": ones(8)}  # 48 MiB
         def cycle(s):
-            recorded = []
-            def run():
-                with torch_tpu.mode("fused"):
-                    a = s["x"] * 2
-                    b = a + 1
-                    c = b.exp()                      # 3 x 8 MiB to materialize
-                    recorded.append(True)            # recording allocated nothing
-                    return c.sum().item(), a, b      # the flush runs out
-            expect_oom(run)
-            assert recorded, "OOM while recording, not in the flush"
+            with torch_tpu.mode("fused"):
+                a = s["x"] * 2                       # pending, 8 MiB each (allocated when recorded)
+                b = a + 1                            # 64 MiB in use now
+                flushes = torch_tpu.metrics()["fused"]["flushes_by_cause"].get("memory", 0)
+                expect_oom(lambda: b.exp())          # no room: flush the pending graph, retry, fail
+                assert torch_tpu.metrics()["fused"]["flushes_by_cause"].get("memory", 0) > flushes
+                assert (a[0].item(), b[-1].item()) == (2.0, 3.0)   # the flushed work is intact
     """,
     "compiled": """
         f = torch.compile(lambda x: (x * 2, x + 1, x * 3), backend="tpu")
