@@ -275,9 +275,8 @@ def _binary(g: _Gen) -> tuple[str, str]:
         extra = ", alpha=2"
     if op == "div" and g.rng.random() < 0.4:
         extra = f", rounding_mode={g.rng.choice(['floor', 'trunc'])!r}"
-    if r >= 0.2 and g.rng.random() < 0.15:
-        return f"return torch.{op}({b}, {a}{extra})" if not b[0].isdigit() else f"return torch.{op}({a}, {b})", \
-            BINARY[op]
+    if r >= 0.2 and g.rng.random() < 0.15:  # the tensor operands swapped (broadcasting the other way)
+        return f"return torch.{op}({b}, {a}{extra})", BINARY[op]
     return f"return torch.{op}({a}, {b}{extra})", BINARY[op]
 
 
@@ -683,11 +682,12 @@ def _check_sort_indices(case: Case, inputs_cpu: list[Any], got: Any, expected: A
     if x.dim() == 0:
         return None if torch.equal(idx, expected[1]) else "sort of a 0-dim tensor: index not 0"
     picked = torch.gather(x, d, idx)
-    if not torch.equal(picked, expected[0]) and not (
-            x.is_floating_point() and torch.allclose(picked.double(), expected[0].double(), equal_nan=True, rtol=0, atol=0)):
+    if not torch.equal(picked, expected[0]) and not (x.is_floating_point() and torch.allclose(
+            picked.double(), expected[0].double(), equal_nan=True, rtol=0, atol=0)):
         return "indices do not gather the sorted values from the input"
     if "stable=True" in case.body[-1] and not torch.equal(idx, expected[1]):
-        return f"stable sort: indices differ from CPU's (first tpu {idx.flatten()[:5].tolist()}, CPU {expected[1].flatten()[:5].tolist()})"
+        return (f"stable sort: indices differ from CPU's (first tpu {idx.flatten()[:5].tolist()}, "
+                f"CPU {expected[1].flatten()[:5].tolist()})")
     return None
 
 
@@ -779,8 +779,8 @@ def _run_case(case: Case, mode: str) -> dict[str, Any]:
             if "not implemented for" in str(cpu_err):
                 rec.update(verdict="cpu_gap", detail=f"CPU: {type(cpu_err).__name__}: {str(cpu_err)[:160]}")
             else:
-                rec.update(verdict="wrong", detail=f"CPU raised {type(cpu_err).__name__}: "
-                                                   f"{str(cpu_err).splitlines()[0][:200] if str(cpu_err) else ''}; tpu did not")
+                first = str(cpu_err).splitlines()[0][:200] if str(cpu_err) else ""
+                rec.update(verdict="wrong", detail=f"CPU raised {type(cpu_err).__name__}: {first}; tpu did not")
         elif mode != "compiled" and _family(cpu_err) != _family(tpu_err):
             rec.update(verdict="wrong", detail=f"CPU raised {type(cpu_err).__name__} ({str(cpu_err)[:120]!r}), "
                                                f"tpu {type(tpu_err).__name__} ({str(tpu_err)[:160]!r})")
@@ -930,7 +930,8 @@ def fuzz(cases: int, seed: int, modes: list[str], jobs: int, batch: int, case_ti
 def print_summary(report: dict[str, Any]) -> None:
     """The summary table and one line per failing case (its seed, verdict, detail and repro)."""
     print(f"fuzz_ops: {report['cases']} cases per mode from seed {report['seed']} in {report['seconds']} s")
-    print(f"{'mode':10} {'cases':>6} {'pass':>6} {'crash':>6} {'hang':>6} {'wrong':>6} {'error':>6} {'cpu_gap':>8} {'compile_gap':>12}")
+    print(f"{'mode':10} {'cases':>6} {'pass':>6} {'crash':>6} {'hang':>6} {'wrong':>6} {'error':>6} {'cpu_gap':>8} "
+          f"{'compile_gap':>12}")
     for m, s in report["summary"].items():
         print(f"{m:10} {s['cases']:6} {s['pass']:6} {s['crash']:6} {s['hang']:6} {s['wrong']:6} {s['error']:6} "
               f"{s['cpu_gap']:8} {s['compile_gap']:12}")
