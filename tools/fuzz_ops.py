@@ -178,6 +178,7 @@ class _Gen:
         return [self.rng.choice(sizes) for _ in range(r)]
 
     def view(self, shape: list[int]) -> str:
+        """A layout for an input of `shape` (see `_mk`): contiguous half the time."""
         opts = ["", "", ""]
         if len(shape) >= 2:
             opts += ["t", "p"]
@@ -206,9 +207,11 @@ class _Gen:
         return f"x{len(self.inputs) - 1}"
 
     def dtype(self, choices: tuple[str, ...] = ALL_DTYPES) -> str:
+        """One of `choices` (dtype names)."""
         return self.rng.choice(choices)
 
     def dim(self, rank: int, bad: float = 0.03) -> int:
+        """A dim of a rank-`rank` tensor, negative or not; out of range with probability `bad`."""
         if rank == 0:
             return self.rng.choice([0, -1]) if self.rng.random() < 0.8 else 1
         if self.rng.random() < bad:
@@ -244,6 +247,10 @@ BINARY = {"add": "elementwise", "sub": "elementwise", "mul": "elementwise", "div
           "bitwise_xor": "exact"}
 REDUCTIONS = ["sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "std", "var", "all",
               "any", "logsumexp", "norm", "nansum", "count_nonzero"]
+
+
+# Each generator below adds its inputs to `g` and returns the body of f (Python source) and the
+# tolerance category of its result (a key of SCALE); sort/topk also say which dim they sort.
 
 
 def _unary(g: _Gen) -> tuple[str, str]:
@@ -618,6 +625,7 @@ def make_case(seed: int) -> Case:
 
 
 def _family(e: BaseException) -> str:
+    """The exception family of `e` that error parity compares (see the module docstring)."""
     for cls in (IndexError, ValueError, TypeError, RuntimeError):
         if isinstance(e, cls):
             return cls.__name__
@@ -634,6 +642,7 @@ def tolerance(dtype: Any, category: str) -> tuple[float, float]:
 
 
 def _flatten(out: Any) -> list[Any]:
+    """The tensors (and other values) of a possibly nested tuple of results, in order."""
     if isinstance(out, (tuple, list)):
         return [t for o in out for t in _flatten(o)]
     return [out]
@@ -674,6 +683,8 @@ def compare(case: Case, expected: Any, got: Any) -> str | None:
 
 
 def _check_sort_indices(case: Case, inputs_cpu: list[Any], got: Any, expected: Any) -> str | None:
+    """None if tpu's sort/topk indices pick CPU's values from the input (and equal CPU's for a
+    stable sort), else why not."""
     import torch
 
     values, idx = got
@@ -692,6 +703,7 @@ def _check_sort_indices(case: Case, inputs_cpu: list[Any], got: Any, expected: A
 
 
 def _to_cpu(out: Any) -> Any:
+    """`out` with every tensor copied to CPU (named tuples become plain tuples)."""
     import torch
 
     if isinstance(out, torch.Tensor):
