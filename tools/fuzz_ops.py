@@ -178,7 +178,7 @@ class _Gen:
         return [self.rng.choice(sizes) for _ in range(r)]
 
     def view(self, shape: list[int]) -> str:
-        """A layout for an input of `shape` (see `_mk`): contiguous half the time."""
+        """A layout for an input of `shape` (see `_mk`): contiguous in 3 draws of 5 to 7."""
         opts = ["", "", ""]
         if len(shape) >= 2:
             opts += ["t", "p"]
