@@ -30,8 +30,12 @@ class StreamQueue {
 
   StreamQueue(c10::DeviceIndex device, c10::StreamId id) : device_(device), id_(id) {}
 
-  uint64_t enqueue(std::unique_ptr<Work> work, bool bounded = true) {
-    rethrow_pending();
+  // rethrow: raise a pending error instead of queuing (an op that raises did not happen). A
+  // fused graph is queued all the same: its ops already returned their results to the user, and
+  // only what depends on the failure may be lost (exec/poison.h); the error surfaces at the
+  // next synchronization.
+  uint64_t enqueue(std::unique_ptr<Work> work, bool bounded = true, bool rethrow = true) {
+    if (rethrow) rethrow_pending();
     // Bounded run-ahead (like a GPU's launch queue): a host that races thousands of ops ahead
     // would allocate fresh memory for every queued output instead of reusing freed blocks.
     if (bounded && enqueued_.load() - completed_.load() >= kMaxQueued) wait(enqueued_.load() - kMaxQueued / 2);
@@ -255,7 +259,7 @@ uint64_t enqueue(const c10::Stream& stream, std::unique_ptr<Work> work) {
 }
 
 uint64_t enqueue_unflushed(const c10::Stream& stream, std::unique_ptr<Work> work) {
-  return queue_of(stream).enqueue(std::move(work), /*bounded=*/false);
+  return queue_of(stream).enqueue(std::move(work), /*bounded=*/false, /*rethrow=*/false);
 }
 
 void wait_for_ticket(const c10::Stream& stream, uint64_t ticket) { queue_of(stream).wait(ticket); }

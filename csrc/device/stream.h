@@ -38,9 +38,10 @@ StreamQueue& queue_of(const c10::Stream& stream);
 // Enqueues work on a stream after re-raising any pending error of that stream.
 // Returns the work's ticket (its position in the queue).
 uint64_t enqueue(const c10::Stream& stream, std::unique_ptr<Work> work);
-// Enqueues without flushing pending fused work first, and never waits: the fused engine enqueues
-// a graph under its own lock (so graphs reach the stream in the order they were taken) and
-// bounds its run-ahead itself after releasing it.
+// Enqueues without flushing pending fused work first, never waits and never raises a pending
+// error (the next synchronization does): the fused engine enqueues a graph under its own lock
+// (so graphs reach the stream in the order they were taken), bounds its run-ahead itself after
+// releasing it, and must not drop a graph whose ops already returned results.
 uint64_t enqueue_unflushed(const c10::Stream& stream, std::unique_ptr<Work> work);
 uint64_t enqueue_fn(const c10::Stream& stream, std::function<void()> fn);
 // Blocks until the stream has run its work up to `ticket` (enqueue's return value); does not

@@ -6,9 +6,11 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -364,31 +366,71 @@ struct ProgramWork final : device::Work {
   std::vector<c10::Storage> keep_alive;
   runtime::RngState rng;
   void run() override {
-    if (any_poisoned()) {  // a program queued before an earlier one failed may read its lost values
-      std::vector<const c10::StorageImpl*> read;
-      for (const c10::Storage& s : keep_alive) read.push_back(s.unsafeGetStorageImpl());
-      if (poisoned_input(read, written_storages())) return;
+    // A program queued before an earlier one failed may read its lost values (exec/poison.h):
+    // what depends on them is lost; a runtime that cannot tell skips the program.
+    std::optional<Loss> input_loss;
+    if (any_poisoned()) {
+      for (const c10::Storage& s : keep_alive) {
+        auto loss = lost_value(s.unsafeGetStorageImpl());
+        if (!loss) continue;
+        for (runtime::Binding& b : inputs) b.lost = b.lost || in_storage(b.data, s);
+        if (!input_loss) input_loss = std::move(loss);
+      }
+      if (input_loss && !program->executable->reports_fates()) {
+        poison_outputs(written_storages(), fresh_outputs(),
+                       std::vector<runtime::OutputFate>(outputs.size(), runtime::OutputFate::kUntouched), *input_loss);
+        return;
+      }
     }
     try {
       program->executable->run(inputs, outputs, rng);
     } catch (c10::Error& e) {
-      poison(written_storages(), e);  // its results were never written (exec/poison.h)
+      poison_outputs(written_storages(), fresh_outputs(), fates(), loss_of(e));
       throw;
     }
+    if (input_loss) poison_outputs(written_storages(), fresh_outputs(), fates(), *input_loss);
   }
 
-  // The kept storages that hold an output (found on failure only: nothing on the hot path).
+  static bool in_storage(const void* data, const c10::Storage& s) {
+    const char* lo = static_cast<const char*>(s.data());
+    const char* p = static_cast<const char*>(data);
+    return p != nullptr && lo != nullptr && p >= lo && p < lo + s.nbytes();
+  }
+  // Per output: the kept storage it writes (found on failure only: nothing on the hot path).
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> written_storages() const {
     std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> written;
-    for (const c10::Storage& s : keep_alive) {
-      const char* lo = static_cast<const char*>(s.data());
-      const bool holds_output = std::any_of(outputs.begin(), outputs.end(), [&](const runtime::OutputTarget& o) {
-        const char* p = static_cast<const char*>(o.dest.data);
-        return p != nullptr && lo != nullptr && p >= lo && p < lo + s.nbytes();
-      });
-      if (holds_output) written.emplace_back(s.getWeakStorageImpl());
+    for (const runtime::OutputTarget& o : outputs) {
+      auto it = std::find_if(keep_alive.begin(), keep_alive.end(),
+                             [&](const c10::Storage& s) { return in_storage(o.dest.data, s); });
+      written.emplace_back(it != keep_alive.end() ? it->getWeakStorageImpl()
+                                                  : c10::weak_intrusive_ptr<c10::StorageImpl>(
+                                                        c10::intrusive_ptr<c10::StorageImpl>()));
     }
     return written;
+  }
+  // Per output: the program does not read its memory (a new result, an out= or copy_ target), so
+  // it holds no value the op keeps; an in-place update reads its target.
+  std::vector<uint8_t> fresh_outputs() const {
+    std::vector<uint8_t> fresh;
+    for (const runtime::OutputTarget& o : outputs) {
+      bool read = false;
+      for (size_t b = 0; b < inputs.size() && !read; ++b) {
+        read = b < program->reads_binding.size() && program->reads_binding[b] && inputs[b].kind == runtime::Binding::Kind::Tensor &&
+               same_storage(inputs[b].data, o.dest.data);
+      }
+      fresh.push_back(read ? 0 : 1);
+    }
+    return fresh;
+  }
+  bool same_storage(const void* a, const void* b) const {
+    for (const c10::Storage& s : keep_alive) {
+      if (in_storage(a, s)) return in_storage(b, s);
+    }
+    return false;
+  }
+  const std::vector<runtime::OutputFate>& fates() const {
+    static const std::vector<runtime::OutputFate> unknown;  // every output lost
+    return program->executable->reports_fates() ? runtime::last_run_fates() : unknown;
   }
 };
 

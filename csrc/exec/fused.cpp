@@ -14,6 +14,7 @@
 
 #include "common/check.h"
 #include "common/config.h"
+#include "common/fork_guard.h"
 #include "device/device.h"
 #include "exec/metrics.h"
 #include "exec/mode.h"
@@ -56,6 +57,7 @@ struct Store {
   int64_t bytes = 0;
   bool overwritten = false;  // a later store of this graph writes exactly the same memory
   bool keep_aside = false;   // a later store writes part of this memory while the value is still read
+  bool fresh = false;        // the graph wrote this memory before reading it: it holds no value the graph keeps
   int32_t memory_class = 0;  // see Slot
 };
 
@@ -94,6 +96,7 @@ struct StorageState {
   int32_t last_store = -1;
   int32_t last_load_slot = -1;
   int32_t memory_class = -1;  // numbered in order of first appearance in the graph
+  bool fresh = false;         // first touched by a write (a new result, an out= or copy_ target)
   StorageValue value;
 };
 
@@ -718,16 +721,30 @@ struct FusedWork final : device::Work {
   // Per recorded op, for error messages only (names are built when something fails).
   std::vector<const OpInfo*> ops;
   std::vector<const std::string*> source_lines;
-  std::vector<StorageWeak> written;  // the memory of every store, poisoned if the run fails
+  // Per output: its memory, and whether the graph wrote it before reading it (exec/poison.h,
+  // poison_outputs: such memory is lost when its store is not written).
+  std::vector<StorageWeak> written;
+  std::vector<uint8_t> fresh;
   const char* cause = "";
 
   void run() override {
-    if (any_poisoned()) {  // a graph queued before an earlier one failed may read its lost values
-      std::vector<const c10::StorageImpl*> read;
-      for (const runtime::Binding& b : inputs) {
-        if (b.owner) read.push_back(static_cast<const c10::StorageImpl*>(b.owner.get()));
+    // A graph queued before an earlier one failed may read its lost values: only what depends
+    // on them is lost (the runtime computes the rest), or, on a runtime that cannot tell, the
+    // graph is skipped and its new results are lost.
+    std::optional<Loss> input_loss;
+    if (any_poisoned()) {
+      for (runtime::Binding& b : inputs) {
+        if (!b.owner) continue;
+        if (auto loss = lost_value(static_cast<const c10::StorageImpl*>(b.owner.get()))) {
+          b.lost = true;
+          if (!input_loss) input_loss = std::move(loss);
+        }
       }
-      if (poisoned_input(read, written)) return;
+      if (input_loss && !program->executable->reports_fates()) {
+        poison_outputs(written, fresh, std::vector<runtime::OutputFate>(written.size(), runtime::OutputFate::kUntouched),
+                       *input_loss);
+        return;
+      }
     }
     try {
       program->executable->run_and_release(inputs, outputs, runtime::RngState{});
@@ -743,9 +760,15 @@ struct FusedWork final : device::Work {
       }
       e.add_context("torch_tpu (fused mode): raised when a pending graph ran (flushed by " + std::string(cause) +
                     "), " + where);
-      poison(written, e);
+      poison_outputs(written, fresh, fates(), loss_of(e));
       throw;
     }
+    if (input_loss) poison_outputs(written, fresh, fates(), *input_loss);
+  }
+
+  const std::vector<runtime::OutputFate>& fates() const {
+    static const std::vector<runtime::OutputFate> unknown;  // every output lost
+    return program->executable->reports_fates() ? runtime::last_run_fates() : unknown;
   }
 };
 
@@ -819,6 +842,7 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
   for (size_t s = 0; s < p.stores.size(); ++s) {
     if (!live[s]) continue;
     work->written.push_back(std::move(p.stores[s].storage));
+    work->fresh.push_back(p.stores[s].fresh ? 1 : 0);
     runtime::OutputTarget o{fp->store_node[s], std::move(p.stores[s].dest)};
     o.allow_direct = !p.stores[s].keep_aside;
     o.dest.owner = std::move(stored[s]);
@@ -905,6 +929,7 @@ const bool g_hook_installed = [] {
 }  // namespace
 
 void fused_flush(c10::DeviceIndex device, device::FlushCause cause) {
+  check_not_in_bad_fork();  // the pending graph is the parent's (common/fork_guard.h)
   std::unique_lock<std::mutex> lock(g_mu);
   if (device >= 0) {
     flush_device_locked(lock, device, cause);
@@ -920,10 +945,16 @@ void fused_flush(c10::DeviceIndex device, device::FlushCause cause) {
 void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInfo& info, const CallState& call,
                   const std::vector<at::Tensor>& news, runtime::RngState rng) {
   (void)g_hook_installed;
+  check_not_in_bad_fork();
   const std::string* line = provenance_enabled() && g_source_line_hook != nullptr ? g_source_line_hook() : nullptr;
   const c10::DeviceIndex device = call.device.index();
   const c10::Stream stream = device::current_stream(device);
   std::unique_lock<std::mutex> lock(g_mu);
+  static bool fork_noted = false;  // guarded by g_mu
+  if (!fork_noted) {
+    fork_noted = true;
+    note_runtime_thread_started();  // a forked child must not run this process's pending graph
+  }
   Pending& p = g_pending[device];
   // A graph belongs to one stream; an op on another stream starts a new graph.
   if (!p.ops.empty() && p.stream != stream) flush_device_locked(lock, device, device::FlushCause::kStreamEvent);
@@ -1027,8 +1058,10 @@ void fused_record(const std::shared_ptr<compiler::Program>& program, const OpInf
     st.node = o.node;
     st.bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.itemsize());
     StorageState& ss = p.storages[t.storage().unsafeGetStorageImpl()];
+    if (ss.last_store < 0 && ss.last_load_slot < 0) ss.fresh = true;  // first touched by this write
     p.mix(ss.last_load_slot);
     st.memory_class = memory_class_of(p, ss);
+    st.fresh = ss.fresh;
     if (ss.last_store >= 0) {
       Store& prev = p.stores[static_cast<size_t>(ss.last_store)];
       const bool same = prev.offset == st.offset && prev.dest.sizes == st.dest.sizes &&

@@ -6,6 +6,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "device/stream.h"
+
 namespace torch_tpu::exec {
 
 namespace detail {
@@ -74,17 +76,30 @@ void poison(const std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>& storag
   poison_locked(storages, kind_of(error), error.what_without_backtrace());
 }
 
-bool poisoned_input(const std::vector<const c10::StorageImpl*>& read,
-                    const std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>& written) {
+Loss loss_of(const c10::Error& error) {
+  return Loss{static_cast<uint8_t>(kind_of(error)), error.what_without_backtrace()};
+}
+
+std::optional<Loss> lost_value(const c10::StorageImpl* storage) {
   std::lock_guard<std::mutex> lock(g_mu);
-  for (const c10::StorageImpl* s : read) {
-    auto it = g_poisoned.find(s);
-    if (it == g_poisoned.end() || it->second.storage.expired()) continue;
-    const Poisoned source = it->second;  // copied: poison_locked may rehash the map
-    poison_locked(written, source.kind, source.message);
-    return true;
+  auto it = g_poisoned.find(storage);
+  if (it == g_poisoned.end() || it->second.storage.expired()) return std::nullopt;
+  return Loss{static_cast<uint8_t>(it->second.kind), it->second.message};
+}
+
+void poison_outputs(const std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>>& written,
+                    const std::vector<uint8_t>& fresh, const std::vector<runtime::OutputFate>& fates,
+                    const Loss& loss) {
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> lost;
+  for (size_t k = 0; k < written.size(); ++k) {
+    const runtime::OutputFate fate = k < fates.size() ? fates[k] : runtime::OutputFate::kLost;
+    if (fate == runtime::OutputFate::kLost || (fate == runtime::OutputFate::kUntouched && k < fresh.size() && fresh[k])) {
+      lost.push_back(written[k]);
+    }
   }
-  return false;
+  if (lost.empty()) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  poison_locked(lost, static_cast<ErrorKind>(loss.kind), loss.message);
 }
 
 void check_not_poisoned(const at::Tensor& t) {
@@ -104,6 +119,10 @@ void check_not_poisoned(const at::Tensor& t) {
     kind = it->second.kind;
     message = it->second.message;
   }
+  // The failure that lost it may not have reached the host yet (it surfaces at the next
+  // synchronization): using a lost value is where the host learns of it, so the original error
+  // is raised here, once, rather than later at an unrelated line; later uses raise "lost".
+  device::synchronize_device(-1);
   raise(kind, message);
 }
 

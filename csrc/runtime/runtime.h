@@ -44,6 +44,10 @@ struct Binding {
   // mode lends the storages of tensors Python may free while the graph is queued). Only
   // Executable::run_and_release looks at it.
   c10::intrusive_ptr<c10::intrusive_ptr_target> owner;
+  // Tensor only: the memory holds a value lost by an earlier failed program (exec/poison.h).
+  // A runtime that reports output fates (Executable::reports_fates) computes only what does
+  // not depend on it; the others are never given such a binding.
+  bool lost = false;
 };
 
 // The generator state bound to the reserved parameters (binding -1: seed, -2: offset).
@@ -74,6 +78,22 @@ struct ExecutableStats {
 int32_t last_failed_node();
 void set_last_failed_node(int32_t node);
 
+// What a run that failed, or read lost memory (Binding::lost), did to each output target.
+// Failures should cost only what depends on them: work independent of a failed node (or of a
+// lost input) still runs and writes its outputs, and an output that depends on it is either
+// never written (its memory keeps the value it had) or, for the node that failed while
+// writing, left with unknown contents.
+enum class OutputFate : uint8_t {
+  kWritten,    // the run wrote the output's new value
+  kUntouched,  // not written: the destination holds what it held before the run
+  kLost,       // maybe partly written: unknown contents
+};
+// Per output target (run()'s order) of the calling thread's last run that failed or read lost
+// memory, as reported by a runtime that reports fates; empty otherwise (callers then take every
+// output of a failed run as lost).
+const std::vector<OutputFate>& last_run_fates();
+std::vector<OutputFate>& mutable_last_run_fates();
+
 // The device index ("tpu:N") that run() executes on, per thread: a stream's worker thread sets its
 // stream's device once; an inline run sets the launching device for its duration. Runtimes with
 // real devices (PJRT) place uploads and the execution there; the host runtime ignores it.
@@ -100,6 +120,9 @@ class Executable {
   virtual std::string describe() const { return {}; }
   // Counts fixed at compile time. Never throws.
   virtual ExecutableStats stats() const { return {}; }
+  // True if run() honours Binding::lost and, after a failure or with lost inputs, continues
+  // with the independent work and reports every output's fate (last_run_fates).
+  virtual bool reports_fates() const { return false; }
   // Runs the program. Thread-safe (no mutable state). Throws c10::Error subclasses on
   // run-time failures (c10::IndexError for an out-of-range gather index); outputs may then be
   // partially written.

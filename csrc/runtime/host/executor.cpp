@@ -624,6 +624,26 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   // other steps or parameters and the steps that define them; per value, how many steps read
   // it; values no other step reads go with their own step (released when it finishes).
   step_of_node_ = step_of;
+  for (Step& st : steps_) {  // failure containment (run_cluster_contained)
+    if (!st.cluster) continue;
+    auto deps = std::make_shared<ClusterDeps>();
+    std::vector<int32_t> seen;
+    for (int32_t m : st.cluster->members()) {
+      const auto& ops = graph.node(m).operands;
+      deps->member_operands.emplace_back(m, std::vector<int32_t>(ops.begin(), ops.end()));
+      for (int32_t v : ops) {
+        const auto& members = st.cluster->members();
+        if (std::find(members.begin(), members.end(), v) != members.end() ||
+            std::find(seen.begin(), seen.end(), v) != seen.end()) {
+          continue;
+        }
+        seen.push_back(v);
+        const ir::Node& in = graph.node(v);
+        deps->inputs.push_back({v, std::vector<int64_t>(in.shape.begin(), in.shape.end()), node_dtype_[v]});
+      }
+    }
+    st.deps = std::move(deps);
+  }
   value_readers_.assign(n, 0);
   std::vector<std::vector<int32_t>> step_reads(steps_.size());
   for (int32_t v = 0; v < num_nodes_; ++v) {
@@ -761,6 +781,12 @@ struct HostExecutable::RunState {
   std::vector<int32_t> first_dest;  // per node: its first destination, -1 if none
   std::vector<int32_t> next_dest;   // chains several destinations of one node
   bool owned = false;               // the destinations hold their memory's owners (run_and_release)
+  // Failure containment (executor.h): per node, 1 when its value depends on a failed step or a
+  // lost input; empty until a run has either. The first error and the step that threw it.
+  std::vector<uint8_t> tainted;
+  std::exception_ptr error;
+  int32_t failed_node = -1;
+  int32_t failed_step = -1;
 
   void write_outputs(int32_t node) {
     for (int32_t k = first_dest[node]; k >= 0; k = next_dest[k]) {
@@ -851,6 +877,93 @@ void HostExecutable::run_step(RunState& st, const Step& s) const {
   }
 }
 
+void HostExecutable::run_contained(RunState& st, int32_t i, std::mutex* error_mu) const {
+  bool taint = false;
+  for (int32_t k = read_begin_[i]; k < read_begin_[i + 1] && !taint; ++k) taint = st.tainted[reads_[k]] != 0;
+  if (taint && steps_[static_cast<size_t>(i)].cluster) {
+    try {
+      run_cluster_contained(st, i);
+    } catch (...) {
+      std::unique_lock<std::mutex> lock;
+      if (error_mu != nullptr) lock = std::unique_lock<std::mutex>(*error_mu);
+      fail_step(st, i);
+    }
+    return;
+  }
+  if (taint) {
+    taint_step(st, i);
+    return;
+  }
+  try {
+    run_step(st, steps_[static_cast<size_t>(i)]);
+  } catch (...) {
+    std::unique_lock<std::mutex> lock;
+    if (error_mu != nullptr) lock = std::unique_lock<std::mutex>(*error_mu);
+    fail_step(st, i);
+  }
+}
+
+void HostExecutable::fail_step(RunState& st, int32_t i) const {
+  if (!st.error) {
+    st.error = std::current_exception();
+    st.failed_node = last_failed_node();
+    st.failed_step = i;
+  }
+  if (st.tainted.empty()) st.tainted.assign(static_cast<size_t>(num_nodes_), 0);
+  taint_step(st, i);
+}
+
+void HostExecutable::taint_step(RunState& st, int32_t i) const {
+  const Step& s = steps_[static_cast<size_t>(i)];
+  if (s.cluster) {
+    for (int32_t m : s.cluster->members()) st.tainted[m] = 1;
+  } else {
+    st.tainted[s.node] = 1;
+  }
+}
+
+void HostExecutable::run_cluster_contained(RunState& st, int32_t i) const {
+  const Step& s = steps_[static_cast<size_t>(i)];
+  for (const auto& [m, operands] : s.deps->member_operands) {
+    for (int32_t v : operands) st.tainted[m] |= st.tainted[v];
+  }
+  const auto& stores = s.cluster->stores();
+  if (std::all_of(stores.begin(), stores.end(), [&](int32_t m) { return st.tainted[m] != 0; })) return;
+  // Zeros stand in for the tainted inputs (their values were never computed); the members
+  // computed from them are not stored, and nothing is written straight into their destinations.
+  std::vector<std::pair<int32_t, at::Tensor>> stand_ins;
+  for (const ClusterDeps::Input& in : s.deps->inputs) {
+    if (!st.tainted[in.node]) continue;
+    stand_ins.emplace_back(in.node, std::move(st.values[in.node]));
+    st.values[in.node] = at::zeros(in.shape, at::TensorOptions().dtype(in.dtype));
+  }
+  std::vector<at::Tensor*> outs(stores.size(), nullptr);
+  for (size_t j = 0; j < stores.size(); ++j) {
+    const int32_t k = st.first_dest[stores[j]];
+    if (!st.tainted[stores[j]] && k >= 0 && st.dests[k].direct) outs[j] = &st.dests[k].tensor;
+  }
+  try {
+    s.cluster->run(st.values, outs);
+  } catch (...) {
+    for (auto& [node, value] : stand_ins) st.values[node] = std::move(value);
+    throw;
+  }
+  for (auto& [node, value] : stand_ins) st.values[node] = std::move(value);
+  for (int32_t m : stores) {
+    if (!st.tainted[m]) st.write_outputs(m);
+  }
+}
+
+void HostExecutable::report_fates(const RunState& st, const std::vector<OutputTarget>& outputs) const {
+  std::vector<OutputFate>& fates = mutable_last_run_fates();
+  fates.assign(outputs.size(), OutputFate::kWritten);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const int32_t node = outputs[k].node;
+    if (!st.tainted[node]) continue;
+    fates[k] = st.failed_step >= 0 && step_of_node_[node] == st.failed_step ? OutputFate::kLost : OutputFate::kUntouched;
+  }
+}
+
 // A run whose independent steps a thread waiting for this stream may take (kernel_threads.h,
 // "Waiting threads"). The worker and the waiting thread each claim the earliest ready step
 // (one whose operands' steps have finished) within kLookahead of the earliest unclaimed one;
@@ -869,7 +982,8 @@ class HostExecutable::SharedRun final : public HelpOffer {
         n_(static_cast<int32_t>(exe.steps_.size())),
         state_(new std::atomic<uint8_t>[static_cast<size_t>(n_)]),
         remaining_(new std::atomic<int32_t>[exe.value_readers_.size()]),
-        device_(execution_device()) {
+        device_(execution_device()),
+        contained_(!st.tainted.empty()) {
     for (int32_t i = 0; i < n_; ++i) state_[i].store(kFree, std::memory_order_relaxed);
     if (!barriers.empty()) barrier_.assign(static_cast<size_t>(n_), 0);  // rare: no allocation otherwise
     for (int32_t b : barriers) barrier_[static_cast<size_t>(b)] = 1;
@@ -889,11 +1003,12 @@ class HostExecutable::SharedRun final : public HelpOffer {
   }
 
   // On the worker: runs ready steps, the earliest first, until every step is claimed; then
-  // waits for those the waiting thread runs, and rethrows the first error.
+  // waits for those the waiting thread runs. A failed step taints what depends on it and the
+  // rest runs on (run_contained); the caller rethrows the first error.
   void run_all() {
     {
       OfferScope offer(OfferScope::kProgramSteps, this);
-      while (!failed_.load(std::memory_order_relaxed) && first_free() < n_) {
+      while (first_free() < n_) {
         if (const int32_t i = claim_ready(/*worker=*/true); i >= 0) {
           worker_running_.store(true, std::memory_order_relaxed);
           execute(i);
@@ -903,10 +1018,6 @@ class HostExecutable::SharedRun final : public HelpOffer {
         }
       }
     }  // withdrawn: the waiting thread has left help(), so every claimed step has finished
-    if (failed_.load()) {
-      set_last_failed_node(failed_node_);
-      std::rethrow_exception(error_);
-    }
   }
 
  private:
@@ -932,7 +1043,7 @@ class HostExecutable::SharedRun final : public HelpOffer {
   int32_t claim_ready(bool worker) {
     const int32_t from = first_free(), to = std::min(n_, from + kLookahead);
     bool leave = !worker && !worker_running_.load(std::memory_order_relaxed);
-    for (int32_t i = from; i < to && !failed_.load(std::memory_order_relaxed); ++i) {
+    for (int32_t i = from; i < to; ++i) {
       if (state_[i].load(std::memory_order_relaxed) != kFree || !(worker || exe_.helper_may_run_[i]) || !ready(i)) {
         continue;
       }
@@ -944,9 +1055,8 @@ class HostExecutable::SharedRun final : public HelpOffer {
     }
     return -1;
   }
-  bool done(int32_t j) const { return state_[j].load(std::memory_order_acquire) == kDone || failed_.load(); }
-  // Every step this one reads from (a barrier: every earlier step) has finished, or a step
-  // failed (then nothing more runs).
+  bool done(int32_t j) const { return state_[j].load(std::memory_order_acquire) == kDone; }
+  // Every step this one reads from (a barrier: every earlier step) has finished.
   bool ready(int32_t i) {
     if (!barrier_.empty() && barrier_[static_cast<size_t>(i)]) {
       int32_t j = low_done_.load(std::memory_order_relaxed);
@@ -960,18 +1070,21 @@ class HostExecutable::SharedRun final : public HelpOffer {
     return true;
   }
   void execute(int32_t i) {
-    const Step& s = exe_.steps_[static_cast<size_t>(i)];
-    if (!failed_.load()) {
+    if (!contained_.load(std::memory_order_acquire)) {
+      // The common case: no failure so far. A step that throws records the error and taints
+      // under the lock (allocating the taint vector once); steps that read its values start
+      // after it is done, so they see contained_ and the taint.
       try {
-        exe_.run_step(st_, s);
+        exe_.run_step(st_, exe_.steps_[static_cast<size_t>(i)]);
       } catch (...) {
         std::lock_guard<std::mutex> g(error_mu_);
-        if (!failed_.load()) {
-          error_ = std::current_exception();
-          failed_node_ = last_failed_node();
-          failed_.store(true);
-        }
+        exe_.fail_step(st_, i);
+        contained_.store(true, std::memory_order_release);
       }
+    } else {
+      // Each node's taint is written by the one step that defines it, and read by steps that
+      // start after it finished (done's acquire): only the error needs the lock.
+      exe_.run_contained(st_, i, &error_mu_);
     }
     for (int32_t k = exe_.read_begin_[i]; k < exe_.read_begin_[i + 1]; ++k) {
       const int32_t v = exe_.reads_[k];
@@ -990,11 +1103,9 @@ class HostExecutable::SharedRun final : public HelpOffer {
   const c10::DeviceIndex device_;
   std::atomic<int32_t> low_{0};       // no step before it is free (a hint, see first_free)
   std::atomic<int32_t> low_done_{0};  // every step before it has finished (a hint, see ready)
-  std::atomic<bool> failed_{false};
   std::atomic<bool> worker_running_{false};  // the worker is inside a step (see claim_ready)
-  std::mutex error_mu_;
-  std::exception_ptr error_;
-  int32_t failed_node_ = -1;
+  std::mutex error_mu_;                      // guards st_'s error and taint once a step failed
+  std::atomic<bool> contained_;              // st_.tainted is allocated (set under error_mu_)
 };
 
 void HostExecutable::run(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
@@ -1010,6 +1121,7 @@ void HostExecutable::run_and_release(std::vector<Binding>& inputs, std::vector<O
 void HostExecutable::run_impl(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs,
                               RngState rng, std::vector<Binding>* lent_inputs,
                               std::vector<OutputTarget>* lent_outputs) const {
+  mutable_last_run_fates().clear();
   InternalDispatchGuard guard;
   ScratchScope scratch;  // intermediates come from (and go back to) the scratch cache
   RunState st;
@@ -1115,8 +1227,14 @@ void HostExecutable::run_impl(const std::vector<Binding>& inputs, const std::vec
   set_last_failed_node(-1);
   st.owned = lent_outputs != nullptr;
   for (const Param& p : params_) {
+    if (p.binding >= 0 && inputs[static_cast<size_t>(p.binding)].lost) {  // failure containment (header)
+      if (st.tainted.empty()) st.tainted.assign(static_cast<size_t>(num_nodes_), 0);
+      st.tainted[p.node] = 1;
+    }
+  }
+  for (const Param& p : params_) {
     values[p.node] = bind_param(p, inputs, rng, lent_inputs != nullptr);
-    st.write_outputs(p.node);
+    if (st.tainted.empty() || !st.tainted[p.node]) st.write_outputs(p.node);
   }
   // The wrappers hold the lent memory now (one reference each, a binding read by several
   // parameters has several): the caller's references go.
@@ -1132,11 +1250,25 @@ void HostExecutable::run_impl(const std::vector<Binding>& inputs, const std::vec
   }
   if (shareable) {
     SharedRun(*this, st, barriers).run_all();
-    return;
+  } else {
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Step& s = steps_[i];
+      if (st.tainted.empty()) {
+        try {
+          run_step(st, s);
+        } catch (...) {
+          fail_step(st, static_cast<int32_t>(i));
+        }
+      } else {
+        run_contained(st, static_cast<int32_t>(i));
+      }
+      for (int32_t v : s.release) values[v].reset();
+    }
   }
-  for (const Step& s : steps_) {
-    run_step(st, s);
-    for (int32_t v : s.release) values[v].reset();
+  if (!st.tainted.empty()) report_fates(st, outputs);
+  if (st.error) {
+    set_last_failed_node(st.failed_node);
+    std::rethrow_exception(st.error);
   }
 }
 
@@ -1186,6 +1318,11 @@ thread_local int32_t t_last_failed_node = -1;
 }  // namespace
 int32_t last_failed_node() { return t_last_failed_node; }
 void set_last_failed_node(int32_t node) { t_last_failed_node = node; }
+std::vector<OutputFate>& mutable_last_run_fates() {
+  thread_local std::vector<OutputFate> fates;  // keeps its capacity: no allocation per run
+  return fates;
+}
+const std::vector<OutputFate>& last_run_fates() { return mutable_last_run_fates(); }
 
 Runtime& host_runtime() {
   static host::HostRuntime* runtime = new host::HostRuntime();  // leaked: lives forever

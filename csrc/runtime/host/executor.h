@@ -45,6 +45,16 @@
 //  * kernel steps that read no parameter (constants, iotas, a causal mask built from them) are
 //    folded: computed once at compile time and bound at each run like parameters (results
 //    up to kMaxFoldedBytes; a larger one stays a step rather than hold memory for good).
+// Failure containment: a step that throws (an out-of-range gather index, out of memory) does
+// not stop the run. Its nodes, and every node computed from them, are tainted; the steps that
+// read no tainted value still run, so independent work and its outputs complete, and steps
+// that would read a tainted value write nothing (their destinations keep their old contents).
+// Lost input bindings (Binding::lost) taint their parameters the same way. The first error is
+// rethrown at the end, and last_run_fates() says per output whether it was written, untouched
+// or lost (the failed step's own outputs, possibly half written). In a fused cluster that reads
+// a tainted value, taint follows the members' operands: the cluster runs with zeros in place of
+// the tainted inputs and stores only its untainted members (an optimizer's update of one
+// parameter, fused with another's that lost its gradient, is still written).
 // run() wraps tensor bindings with at::from_blob (no copies; `snapshot` bindings are cloned),
 // then evaluates the steps in order. An output whose destination has the node's dtype and
 // shape and overlaps neither an input binding the program reads (an op's unread `out=`
@@ -67,6 +77,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,6 +108,7 @@ class HostExecutable final : public Executable {
   void run_and_release(std::vector<Binding>& inputs, std::vector<OutputTarget>& outputs, RngState rng) const override;
   std::string describe() const override;
   ExecutableStats stats() const override;
+  bool reports_fates() const override { return true; }
 
  private:
   struct Param {
@@ -105,11 +117,23 @@ class HostExecutable final : public Executable {
     at::ScalarType dtype;
     std::vector<int64_t> shape;
   };
+  // Failure containment of a cluster step that reads a tainted value (see the header comment):
+  // which members depend on which nodes, and the values it reads from outside.
+  struct ClusterDeps {
+    std::vector<std::pair<int32_t, std::vector<int32_t>>> member_operands;  // in member order
+    struct Input {
+      int32_t node;
+      std::vector<int64_t> shape;
+      at::ScalarType dtype;
+    };
+    std::vector<Input> inputs;
+  };
   struct Step {
     int32_t node;                            // kernel steps: the node computed
     Kernel kernel;                           // empty for cluster steps
     std::shared_ptr<const Cluster> cluster;  // cluster steps
     std::vector<int32_t> release;            // values whose last use is this step
+    std::shared_ptr<const ClusterDeps> deps;  // cluster steps
   };
 
   // How an output that views a step's value reaches it: the output's destination, undone
@@ -147,6 +171,18 @@ class HostExecutable final : public Executable {
   at::Tensor bind_param(const Param& p, const std::vector<Binding>& inputs, RngState rng, bool owned) const;
   // Runs one step and writes its outputs; records the node in last_failed_node if it throws.
   void run_step(RunState& st, const Step& s) const;
+  // Failure containment (runtime.h, OutputFate), once st.tainted is allocated: runs step i
+  // unless it reads a tainted value (then its nodes are tainted and nothing is written); a step
+  // that throws goes to fail_step (under error_mu, when several threads run steps). Never throws.
+  void run_contained(RunState& st, int32_t i, std::mutex* error_mu = nullptr) const;
+  // In a catch block for step i: keeps the first error in `st` and taints the step's nodes.
+  void fail_step(RunState& st, int32_t i) const;
+  void taint_step(RunState& st, int32_t i) const;
+  // A cluster step some of whose inputs are tainted: taints the members that depend on them and
+  // runs the others, with zeros in place of the tainted inputs, writing only untainted stores.
+  void run_cluster_contained(RunState& st, int32_t i) const;
+  // After a run that failed or had lost inputs: each output's fate, into last_run_fates().
+  void report_fates(const RunState& st, const std::vector<OutputTarget>& outputs) const;
   // Whether output `o` may be written directly although it overlaps input binding `in`.
   bool inplace_ok(const OutputTarget& o, const Binding& in, int64_t binding) const;
 
