@@ -13,7 +13,8 @@
 
 namespace torch_tpu {
 
-// Called before the runtime starts a stream worker or the native-kernel compiler thread: from
+// Called before the runtime starts a stream worker or the native-kernel compiler thread, and
+// when fused mode first records work (a child must not run its parent's pending graph): from
 // then on a fork's child is in a bad fork. (Kernel threads need not call it: a split in another
 // process runs serially until it starts threads of its own, runtime/host/kernel_threads.cpp.)
 void note_runtime_thread_started();

@@ -54,6 +54,30 @@ def test_a_child_forked_after_the_device_ran_work_raises_instead_of_hanging(mode
     assert "parent ok" in out.stdout
 
 
+def test_a_child_forked_with_pending_fused_work_raises_instead_of_running_it() -> None:
+    # The parent only recorded work (fused mode defers it; no stream worker has started): the
+    # pending graph is the parent's, so the child gets the fork error rather than running it.
+    out = run("""
+        import os, torch, torch_tpu
+        x = torch.ones(4).to("tpu") * 2   # recorded, not run
+        pid = os.fork()
+        if pid == 0:
+            try:
+                x.cpu()
+            except RuntimeError as e:
+                print("child:", e, flush=True)
+                os._exit(0 if "forked subprocess" in str(e) else 3)
+            os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert x.cpu().tolist() == [2.0] * 4
+        print("parent ok")
+    """, "fused")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "child: torch_tpu: cannot use the 'tpu' device in a forked subprocess" in out.stdout
+    assert "parent ok" in out.stdout
+
+
 def test_a_child_forked_before_the_device_was_used_can_use_it() -> None:
     out = run("""
         import os, torch, torch_tpu
