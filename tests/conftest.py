@@ -1,7 +1,7 @@
 """Suite-wide setup: the program cache's disk tier writes to a temporary directory, never to the
 user's ~/.cache, and signs entries with a key in another temporary directory, never the user's
-~/.config/torch_tpu/cache.key (subprocesses started by tests inherit the variables). A test that needs its own
-directory sets TORCH_TPU_CACHE_DIR for its subprocess explicitly."""
+~/.config/torch_tpu/cache.key (subprocesses started by tests inherit the variables). A test that
+needs its own directory sets TORCH_TPU_CACHE_DIR for its subprocess explicitly."""
 
 from __future__ import annotations
 
