@@ -17,6 +17,7 @@ PYTHON_EQUIVALENT = {
     "TORCH_TPU_NUM_DEVICES": "read once at start-up (`torch.tpu.device_count()`)",
     "TORCH_TPU_HOST_MEMORY": "read once at start-up (`torch.tpu.get_device_properties().total_memory`)",
     "TORCH_TPU_CACHE_DIR": "read once at import (`torch_tpu.cache_stats()[\"directory\"]`)",
+    "TORCH_TPU_CACHE_KEY_FILE": "read once at import",
     "TORCH_TPU_CACHE_MAX_BYTES": "read once at import (`torch_tpu.cache_stats()[\"max_bytes\"]`)",
 }
 

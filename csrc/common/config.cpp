@@ -44,8 +44,16 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_PROGRAM_CACHE_SIZE", "8192", "Programs kept in the in-memory program cache (LRU)."},
       {"TORCH_TPU_CACHE_DIR", "",
        "Directory of the program cache's disk tier, shared by processes of one user (created with "
-       "mode 0700; refused if other users can write it). Default: `$XDG_CACHE_HOME/torch_tpu` or "
+       "mode 0700; made absolute and opened once at import; refused if another user owns it or can "
+       "write it or a parent that is not sticky, or it is reached through another user's symbolic "
+       "link). Default: `$XDG_CACHE_HOME/torch_tpu` or "
        "`~/.cache/torch_tpu`. `off` or empty disables the disk tier."},
+      {"TORCH_TPU_CACHE_KEY_FILE", "",
+       "File holding this user's secret key (32 random bytes, created on first use, mode 0600) that "
+       "authenticates every disk-tier entry (HMAC-SHA256); entries without a valid MAC are discarded "
+       "and recompiled. Must be outside the cache directory; refused if another user owns it or "
+       "group/others can access it. Default: `$XDG_CONFIG_HOME/torch_tpu/cache.key` or "
+       "`~/.config/torch_tpu/cache.key`."},
       {"TORCH_TPU_CACHE_MAX_BYTES", "1GiB",
        "Size bound of the disk tier: bytes or a size with a unit (`512MiB`, `2GB`); least recently "
        "used entries are deleted beyond it."},

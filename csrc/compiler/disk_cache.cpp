@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cinttypes>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,8 @@
 #include <torch/version.h>
 
 #include "common/config.h"
+#include "common/sha256.h"
+#include "compiler/cache_auth.h"
 #include "compiler/program_serialize.h"
 #include "ir/ops.h"
 
@@ -37,8 +40,13 @@ struct Header {
   uint32_t nwords;
   uint64_t payload_len;
   uint64_t checksum;
+  uint8_t mac[DiskCache::kMacBytes];
 };
 static_assert(sizeof(Header) == DiskCache::kHeaderBytes);
+// The MAC covers the header up to (not including) the MAC itself.
+constexpr size_t kSignedHeaderBytes = offsetof(Header, mac);
+static_assert(kSignedHeaderBytes == 32);
+constexpr const char* kMacDomain = "torch_tpu program cache entry";
 
 uint64_t checksum(const std::vector<int64_t>& key, std::string_view payload) {
   uint64_t h = fnv1a(key.data(), key.size() * sizeof(int64_t));
@@ -51,30 +59,10 @@ void warn_once(std::atomic<bool>& flag, const std::string& message) {
 }
 std::atomic<bool> g_warned_unsafe{false}, g_warned_corrupt{false}, g_warned_io{false};
 
-// Creates `path` (and missing parents) with mode 0700. True if it exists as a directory after.
-bool make_dirs(const std::string& path) {
-  for (size_t pos = 1; pos <= path.size(); ++pos) {
-    if (pos != path.size() && path[pos] != '/') continue;
-    std::string prefix = path.substr(0, pos);
-    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
-  }
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-// "" when `path` is a directory only this user can write; the reason otherwise.
-std::string unsafe_reason(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return "cannot stat it (" + std::string(std::strerror(errno)) + ")";
-  if (!S_ISDIR(st.st_mode)) return "it is not a directory";
-  if (st.st_uid != ::geteuid()) return "it is owned by another user (uid " + std::to_string(st.st_uid) + ")";
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof(mode), "%03o", static_cast<unsigned>(st.st_mode & 0777));
-    return std::string("it is writable by group or others (mode ") + mode + ")";
-  }
-  return "";
-}
+constexpr const char* kFix =
+    "; the disk tier is off. Fix: point TORCH_TPU_CACHE_DIR at a directory that only you own and can write "
+    "(mode 0700), under parents that only you or root can write (or sticky ones such as /tmp), or set "
+    "TORCH_TPU_CACHE_DIR=off";
 
 bool write_all(int fd, const char* p, size_t n) {
   while (n > 0) {
@@ -112,58 +100,107 @@ uint64_t fnv1a(const void* data, size_t size, uint64_t seed) {
   return h;
 }
 
-DiskCache::DiskCache(const std::string& root, const std::string& version, uint64_t max_bytes)
+DiskCache::DiskCache(const std::string& root_in, const std::string& version, uint64_t max_bytes,
+                     std::optional<std::string> key)
     : max_bytes_(max_bytes) {
-  if (root.empty()) return;
-  if (!make_dirs(root)) {
-    warn_once(g_warned_unsafe, "cannot create " + root + " (" + std::strerror(errno) + "); the disk tier is off");
+  if (root_in.empty()) return;
+  const std::string root = absolute_path(root_in);
+  const std::string dir = root + "/" + version;
+  if (version.empty() || version.find('/') != std::string::npos || version == "." || version == "..") {
+    warn_once(g_warned_unsafe, "bad version directory name '" + version + "'; the disk tier is off");
     return;
   }
-  std::string why = unsafe_reason(root);
-  std::string dir = root + "/" + version;
-  if (why.empty()) {
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      warn_once(g_warned_unsafe, "cannot create " + dir + " (" + std::strerror(errno) + "); the disk tier is off");
-      return;
-    }
-    why = unsafe_reason(dir);
-    if (!why.empty()) why = dir + ": " + why;
-  } else {
-    why = root + ": " + why;
+  std::string why;
+  int root_fd = open_trusted_dir(root, /*create=*/true, /*private_leaf=*/true, why);
+  if (root_fd < 0) {
+    warn_once(g_warned_unsafe, "refusing cache directory " + root + " because " + why + kFix);
+    return;
+  }
+  if (::mkdirat(root_fd, version.c_str(), 0700) != 0 && errno != EEXIST) {
+    warn_once(g_warned_unsafe, "cannot create " + dir + " (" + std::strerror(errno) + "); the disk tier is off");
+    ::close(root_fd);
+    return;
+  }
+  int dir_fd = ::openat(root_fd, version.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st {};
+  if (dir_fd < 0 || ::fstat(dir_fd, &st) != 0) {
+    why = "cannot open it (" + std::string(std::strerror(errno)) + ")";
+  } else if (st.st_uid != ::geteuid()) {
+    why = "it is owned by another user (uid " + std::to_string(st.st_uid) + ")";
+  } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    why = std::string("it is writable by group or others (mode ") + mode + ")";
   }
   if (!why.empty()) {
-    warn_once(g_warned_unsafe, "refusing " + why +
-                                   "; the disk tier is off (use a private directory, mode 0700, via TORCH_TPU_CACHE_DIR)");
+    warn_once(g_warned_unsafe, "refusing " + dir + ": " + why + kFix);
+    if (dir_fd >= 0) ::close(dir_fd);
+    ::close(root_fd);
     return;
   }
+  if (!key) key = cache_key(why);
+  if (!key || key->size() != kCacheKeyBytes) {
+    warn_once(g_warned_unsafe, "no usable key to authenticate entries (" +
+                                   (why.empty() ? std::string("wrong key size") : why) +
+                                   "); the disk tier is off. Fix: remove the file so a fresh key is created "
+                                   "(mode 0600), or point TORCH_TPU_CACHE_KEY_FILE at a private file");
+    ::close(dir_fd);
+    ::close(root_fd);
+    return;
+  }
+  key_ = std::move(*key);
   root_ = root;
   dir_ = dir;
+  version_ = version;
+  root_fd_ = root_fd;
+  dir_fd_ = dir_fd;
   enabled_ = true;
 }
 
-std::string DiskCache::path_for(const std::vector<int64_t>& key) const {
-  char name[32];
-  std::snprintf(name, sizeof(name), "/%016" PRIx64, fnv1a(key.data(), key.size() * sizeof(int64_t)));
-  return dir_ + name + kSuffix;
+DiskCache::~DiskCache() {
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+  if (root_fd_ >= 0) ::close(root_fd_);
 }
 
-void DiskCache::count_corrupt(const std::string& path, const std::string& why, int fd) {
+std::string DiskCache::name_for(const std::vector<int64_t>& key) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%016" PRIx64 "%s", fnv1a(key.data(), key.size() * sizeof(int64_t)), kSuffix);
+  return name;
+}
+
+std::array<uint8_t, DiskCache::kMacBytes> DiskCache::mac(std::string_view signed_header,
+                                                         const std::vector<int64_t>& key,
+                                                         std::string_view payload) const {
+  HmacSha256 h(key_);
+  h.update(kMacDomain, std::strlen(kMacDomain) + 1);  // with its NUL: a separator
+  h.update(version_.data(), version_.size() + 1);
+  h.update(signed_header);
+  h.update(key.data(), key.size() * sizeof(int64_t));
+  h.update(payload);
+  return h.finish();
+}
+
+void DiskCache::count_corrupt(const std::string& name, const std::string& why, int fd) {
   corrupt_++;
   misses_++;
   // Delete only the file we read: another process may have renamed a good entry over it.
   struct stat mine {}, now {};
-  bool same = fd < 0 || (::fstat(fd, &mine) == 0 && ::lstat(path.c_str(), &now) == 0 && mine.st_ino == now.st_ino &&
-                         mine.st_dev == now.st_dev);
-  if (same) ::unlink(path.c_str());
-  warn_once(g_warned_corrupt, "discarded a corrupt entry " + path + " (" + why + "); it will be recompiled");
+  bool same = fd < 0 || (::fstat(fd, &mine) == 0 &&
+                         ::fstatat(dir_fd_, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+                         mine.st_ino == now.st_ino && mine.st_dev == now.st_dev);
+  if (same) ::unlinkat(dir_fd_, name.c_str(), 0);
+  warn_once(g_warned_corrupt, "discarded a corrupt entry " + dir_ + "/" + name + " (" + why +
+                                  "); it will be recompiled");
 }
 
 std::optional<std::string> DiskCache::load(const std::vector<int64_t>& key) {
   if (!enabled_) return std::nullopt;
-  std::string path = path_for(key);
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const std::string name = name_for(key);
+  // O_NONBLOCK: a FIFO in the directory must not block the open.
+  int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    misses_++;
+    if (errno == ELOOP) count_corrupt(name, "a symbolic link", -1);  // never followed
+    else misses_++;
     return std::nullopt;
   }
   struct FdCloser {
@@ -171,38 +208,47 @@ std::optional<std::string> DiskCache::load(const std::vector<int64_t>& key) {
     ~FdCloser() { ::close(fd); }
   } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
     misses_++;
+    return std::nullopt;
+  }
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    count_corrupt(name, "not a private regular file of this user", fd);
     return std::nullopt;
   }
   // Sanity bounds only (the header's lengths are checked below): no entry is shorter than its
   // header, and none this large was written (store() skips entries over max_bytes).
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < kHeaderBytes || size > std::max<uint64_t>(max_bytes_, uint64_t{64} << 20)) {
-    count_corrupt(path, "size " + std::to_string(size), fd);
+    count_corrupt(name, "size " + std::to_string(size), fd);
     return std::nullopt;
   }
   std::string bytes(size, '\0');
   if (!read_all(fd, bytes.data(), size)) {
-    count_corrupt(path, "short read", fd);
+    count_corrupt(name, "short read", fd);
     return std::nullopt;
   }
   Header h;
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.version != kDiskFormatVersion) {
-    count_corrupt(path, "bad magic or version", fd);
+    count_corrupt(name, "bad magic or version", fd);
     return std::nullopt;
   }
   if (static_cast<uint64_t>(h.nwords) * sizeof(int64_t) + h.payload_len != size - kHeaderBytes ||
       h.payload_len > size) {
-    count_corrupt(path, "length mismatch (truncated?)", fd);
+    count_corrupt(name, "length mismatch (truncated?)", fd);
     return std::nullopt;
   }
   std::vector<int64_t> stored(h.nwords);
   std::memcpy(stored.data(), bytes.data() + kHeaderBytes, h.nwords * sizeof(int64_t));
   std::string_view payload(bytes.data() + kHeaderBytes + h.nwords * sizeof(int64_t), h.payload_len);
   if (checksum(stored, payload) != h.checksum) {
-    count_corrupt(path, "checksum mismatch", fd);
+    count_corrupt(name, "checksum mismatch", fd);
+    return std::nullopt;
+  }
+  const auto expected = mac(std::string_view(bytes.data(), kSignedHeaderBytes), stored, payload);
+  if (!digest_equal(expected.data(), h.mac, kMacBytes)) {
+    count_corrupt(name, "authentication failed: the MAC does not match this user's key (modified or planted)", fd);
     return std::nullopt;
   }
   if (stored != key) {  // a hash collision: another key's entry (intact), not ours
@@ -219,30 +265,33 @@ bool DiskCache::store(const std::vector<int64_t>& key, std::string_view payload)
   const uint64_t total = kHeaderBytes + key.size() * sizeof(int64_t) + payload.size();
   if (total > max_bytes_) return false;  // would be evicted at once
   Header h;
+  std::memset(&h, 0, sizeof(h));
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
   h.version = kDiskFormatVersion;
   h.nwords = static_cast<uint32_t>(key.size());
   h.payload_len = payload.size();
   h.checksum = checksum(key, payload);
+  const auto m = mac(std::string_view(reinterpret_cast<const char*>(&h), kSignedHeaderBytes), key, payload);
+  std::memcpy(h.mac, m.data(), m.size());
   std::string bytes;
   bytes.reserve(total);
   bytes.append(reinterpret_cast<const char*>(&h), sizeof(h));
   bytes.append(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int64_t));
   bytes.append(payload);
 
-  char tmp_name[96];
-  std::snprintf(tmp_name, sizeof(tmp_name), "/%s%d.%zx.%" PRIu64, kTmpPrefix, static_cast<int>(::getpid()),
+  char tmp[96];
+  std::snprintf(tmp, sizeof(tmp), "%s%d.%zx.%" PRIu64, kTmpPrefix, static_cast<int>(::getpid()),
                 std::hash<std::thread::id>{}(std::this_thread::get_id()), tmp_counter_++);
-  std::string tmp = dir_ + tmp_name;
-  std::string path = path_for(key);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const std::string name = name_for(key);
+  int fd = ::openat(dir_fd_, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   bool ok = fd >= 0 && write_all(fd, bytes.data(), bytes.size());
   if (fd >= 0) ok = (::close(fd) == 0) && ok;
-  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  ok = ok && ::renameat(dir_fd_, tmp, dir_fd_, name.c_str()) == 0;
   if (!ok) {
     int err = errno;
-    if (fd >= 0) ::unlink(tmp.c_str());
-    warn_once(g_warned_io, "cannot write " + path + " (" + std::strerror(err) + "); entries are not being saved");
+    if (fd >= 0) ::unlinkat(dir_fd_, tmp, 0);
+    warn_once(g_warned_io, "cannot write " + dir_ + "/" + name + " (" + std::strerror(err) +
+                               "); entries are not being saved");
     return false;
   }
   writes_++;
@@ -258,9 +307,8 @@ bool DiskCache::store(const std::vector<int64_t>& key, std::string_view payload)
 
 void DiskCache::discard(const std::vector<int64_t>& key, const std::string& why) {
   if (!enabled_) return;
-  std::string path = path_for(key);
   hits_--;  // load() counted it as a hit
-  count_corrupt(path, why, -1);
+  count_corrupt(name_for(key), why, -1);
 }
 
 uint64_t DiskCache::scan_and_evict() {
@@ -270,46 +318,57 @@ uint64_t DiskCache::scan_and_evict() {
     bool stale;  // in another version's directory: never read again by this version
     int64_t mtime_ns;
     uint64_t size;
-    std::string path;
+    int dir_fd;
+    std::string name;
   };
   std::vector<Entry> entries;
   uint64_t total = 0;
   const int64_t now = static_cast<int64_t>(std::time(nullptr));
-  auto scan_dir = [&](const std::string& dir, bool stale) {
-    DIR* d = ::opendir(dir.c_str());
-    if (d == nullptr) return;
+  // Every directory is read through a fresh descriptor opened relative to a held one (never by
+  // path), and every file is examined with fstatat(AT_SYMLINK_NOFOLLOW) and removed with
+  // unlinkat: nothing outside the held directories can be touched.
+  auto scan_dir = [&](int dir_fd, bool stale) {
+    int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
+    if (d == nullptr) {
+      if (fd >= 0) ::close(fd);
+      return;
+    }
     while (dirent* e = ::readdir(d)) {
       std::string name = e->d_name;
-      std::string path = dir + "/" + name;
       struct stat st {};
-      if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
       if (name.rfind(kTmpPrefix, 0) == 0) {
-        if (now - static_cast<int64_t>(st.st_mtim.tv_sec) > kStaleTmpSeconds) ::unlink(path.c_str());
+        if (now - static_cast<int64_t>(st.st_mtim.tv_sec) > kStaleTmpSeconds) ::unlinkat(dir_fd, name.c_str(), 0);
         continue;
       }
       if (!ends_with(name, kSuffix)) continue;
       int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-      entries.push_back({stale, mtime, static_cast<uint64_t>(st.st_size), std::move(path)});
+      entries.push_back({stale, mtime, static_cast<uint64_t>(st.st_size), dir_fd, std::move(name)});
       total += static_cast<uint64_t>(st.st_size);
     }
     ::closedir(d);
   };
   // The bound covers the whole root: entries of other versions (older releases, edited
   // lowerings) count, and go first.
-  std::vector<std::string> others;
-  if (DIR* d = ::opendir(root_.c_str())) {
-    while (dirent* e = ::readdir(d)) {
+  std::vector<std::pair<std::string, int>> others;  // name, descriptor
+  {
+    int fd = ::openat(root_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
+    if (d == nullptr && fd >= 0) ::close(fd);
+    while (d != nullptr) {
+      dirent* e = ::readdir(d);
+      if (e == nullptr) break;
       std::string name = e->d_name;
-      std::string path = root_ + "/" + name;
-      struct stat st {};
       // Only directories named like ours ("v<n>-torch..."): the root may hold other files.
-      if (path == dir_ || name.rfind('v', 0) != 0 || name.find("-torch") == std::string::npos) continue;
-      if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) others.push_back(path);
+      if (name == version_ || name.rfind('v', 0) != 0 || name.find("-torch") == std::string::npos) continue;
+      int other = ::openat(root_fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (other >= 0) others.emplace_back(std::move(name), other);
     }
-    ::closedir(d);
+    if (d != nullptr) ::closedir(d);
   }
-  scan_dir(dir_, false);
-  for (const auto& other : others) scan_dir(other, true);
+  scan_dir(dir_fd_, false);
+  for (const auto& other : others) scan_dir(other.second, true);
   if (total > max_bytes_) {
     std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
       return a.stale != b.stale ? a.stale : a.mtime_ns < b.mtime_ns;
@@ -317,13 +376,14 @@ uint64_t DiskCache::scan_and_evict() {
     const uint64_t low_water = max_bytes_ / 10 * 9;
     for (const auto& e : entries) {
       if (total <= low_water) break;
-      if (::unlink(e.path.c_str()) == 0 || errno == ENOENT) {
+      if (::unlinkat(e.dir_fd, e.name.c_str(), 0) == 0 || errno == ENOENT) {
         total -= e.size;
         evictions_++;
       }
     }
-    for (const auto& other : others) ::rmdir(other.c_str());  // only succeeds once empty
+    for (const auto& other : others) ::unlinkat(root_fd_, other.first.c_str(), AT_REMOVEDIR);  // once empty
   }
+  for (const auto& other : others) ::close(other.second);
   bytes_ = total;
   scanned_ = true;
   writes_since_scan_ = 0;
@@ -352,7 +412,9 @@ DiskCacheStats DiskCache::stats() {
 
 std::string default_cache_root() {
   std::string dir = config::get("TORCH_TPU_CACHE_DIR");
-  if (std::getenv("TORCH_TPU_CACHE_DIR") != nullptr) return dir == "off" ? "" : dir;  // set: "" or "off" disable
+  if (std::getenv("TORCH_TPU_CACHE_DIR") != nullptr) {  // set: "" or "off" disable
+    return dir == "off" ? "" : absolute_path(dir);
+  }
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/') {
     return std::string(xdg) + "/torch_tpu";
   }

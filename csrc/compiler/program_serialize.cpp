@@ -130,6 +130,23 @@ ReturnSpec get_return(Reader& r, int depth, size_t bindings_bound, size_t new_co
   return spec;
 }
 
+// Dimensions are non-negative and their product (zeros counted as ones) stays under
+// kMaxElements, so no size computation downstream overflows.
+constexpr int64_t kMaxElements = int64_t{1} << 48;
+constexpr size_t kMaxRank = 64;
+
+void check_shape(const std::vector<int64_t>& shape, const char* what, size_t index) {
+  TPU_CHECK(shape.size() <= kMaxRank, "program entry: ", what, " ", index, " has rank ", shape.size());
+  int64_t elems = 1;
+  for (int64_t d : shape) {
+    TPU_CHECK(d >= 0, "program entry: ", what, " ", index, " has a negative dimension");
+    // Zero dimensions count as one: strides multiply the others even when there are no elements.
+    const int64_t f = std::max<int64_t>(d, 1);
+    TPU_CHECK(elems <= kMaxElements / f, "program entry: ", what, " ", index, " is too large");
+    elems *= f;
+  }
+}
+
 }  // namespace
 
 std::string serialize_program(const Program& p) {
@@ -185,7 +202,7 @@ Program deserialize_program(std::string_view bytes) {
     TPU_CHECK(ir::is_valid_dtype(dtype), "program entry: node ", i, " has dtype code ", static_cast<int>(dtype));
     n.dtype = static_cast<ir::DType>(dtype);
     n.shape = r.get_vec<int64_t>("shape");
-    for (int64_t d : n.shape) TPU_CHECK(d >= 0, "program entry: node ", i, " has a negative dimension");
+    check_shape(n.shape, "node", i);
     n.operands = r.get_vec<int32_t>("operands");
     for (int32_t o : n.operands) {
       TPU_CHECK(o >= 0 && static_cast<size_t>(o) < i, "program entry: node ", i, " has operand %", o);
@@ -206,6 +223,7 @@ Program deserialize_program(std::string_view bytes) {
     TPU_CHECK(o.node >= 0 && o.node < p.graph.size(), "program entry: output node %", o.node, " out of range");
     TPU_CHECK(o.target >= -1, "program entry: bad output target ", o.target);
     TPU_CHECK(o.target >= 0 || o.new_index >= 0, "program entry: output without a destination");
+    TPU_CHECK(o.new_index >= -1, "program entry: bad output new index ", o.new_index);
     p.outputs.push_back(o);
   }
   size_t news = r.count(1 + 4 + 1, "new tensor");
@@ -217,7 +235,7 @@ Program deserialize_program(std::string_view bytes) {
               "program entry: new tensor dtype code ", static_cast<int>(dtype));
     t.dtype = static_cast<c10::ScalarType>(dtype);
     t.shape = r.get_vec<int64_t>("new tensor shape");
-    for (int64_t d : t.shape) TPU_CHECK(d >= 0, "program entry: new tensor with a negative dimension");
+    check_shape(t.shape, "new tensor", i);
     const auto channels_last = r.get<uint8_t>("new tensor layout");
     TPU_CHECK(channels_last <= 1 && (channels_last == 0 || t.shape.size() == 4),
               "program entry: bad new tensor layout ", static_cast<int>(channels_last));
@@ -225,9 +243,9 @@ Program deserialize_program(std::string_view bytes) {
     p.new_tensors.push_back(std::move(t));
   }
   for (const auto& o : p.outputs) {
+    TPU_CHECK(o.new_index < 0 || static_cast<size_t>(o.new_index) < p.new_tensors.size(),
+              "program entry: output new index ", o.new_index, " out of range");
     if (o.target >= 0) continue;
-    TPU_CHECK(static_cast<size_t>(o.new_index) < p.new_tensors.size(), "program entry: output new index ",
-              o.new_index, " out of range");
     const auto& spec = p.new_tensors[static_cast<size_t>(o.new_index)];
     const auto& node = p.graph.node(o.node);
     TPU_CHECK(spec_matches_node(spec, node), "program entry: new tensor ", o.new_index, " does not match node %",

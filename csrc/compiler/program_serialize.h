@@ -13,9 +13,11 @@
 // and base strides), host outputs (node, target), the rng counter count (u64) and the baked flag (u8). Bump
 // kProgramFormatVersion on any change.
 //
-// Deserialization trusts nothing: every count is checked against the bytes left (so no input
-// can make it allocate more than its own size), every enum and index is range-checked, and the
-// payload must be consumed exactly. Failures throw c10::Error naming what was wrong. The
+// Deserialization trusts nothing (entries are authenticated by the disk tier, but a key can
+// leak and a bug can write nonsense): every count is checked against the bytes left (so no
+// input can make it allocate more than its own size), every enum and index is range-checked
+// (operands refer to earlier nodes), shapes are non-negative with a bounded element count, and
+// the payload must be consumed exactly. Failures throw c10::Error naming what was wrong. The
 // graph is not type-checked here: callers run ir::verify() before compiling it.
 #pragma once
 

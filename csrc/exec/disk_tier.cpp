@@ -7,6 +7,7 @@
 
 #include "compiler/disk_cache.h"
 #include "compiler/program_serialize.h"
+#include "ir/ops.h"
 #include "ir/verifier.h"
 
 namespace torch_tpu::exec::disk_tier {
@@ -30,6 +31,32 @@ void check_bindings(const compiler::Program& p, size_t bindings) {
   };
   for (const auto& r : p.returns) check(r);
   TORCH_CHECK(p.host_outputs.empty(), "host outputs in a per-op program");
+}
+
+// Throws unless every parameter reads something this call binds, with as many elements as
+// the binding has: the executor (and fused mode's composition, which indexes the call's
+// sources by the parameter's binding) relies on it. A stored program only has to agree with the
+// call whose key it is stored under, so this is checked here rather than in the deserializer.
+void check_parameters(const compiler::Program& p, const std::vector<runtime::Binding>& bindings) {
+  for (int32_t i = 0; i < p.graph.size(); ++i) {
+    const ir::Node& n = p.graph.node(i);
+    if (n.kind != ir::OpKind::kParameter) continue;
+    TORCH_CHECK(n.iattrs.size() == 1, "parameter %", i, " without a binding");
+    const int64_t b = n.iattrs[0];
+    if (b < 0) {
+      TORCH_CHECK((b == ir::kRngSeedBinding || b == ir::kRngOffsetBinding) && p.rng_counters > 0, "parameter %", i,
+                  " reads rng binding ", b, " of a program that draws no random numbers");
+      continue;
+    }
+    TORCH_CHECK(static_cast<size_t>(b) < bindings.size(), "parameter %", i, " reads binding ", b, " of ",
+                bindings.size());
+    const runtime::Binding& binding = bindings[static_cast<size_t>(b)];
+    int64_t elems = 1;
+    if (binding.kind == runtime::Binding::Kind::Tensor) {
+      for (int64_t d : binding.sizes) elems *= d;
+    }
+    TORCH_CHECK(elems == n.numel(), "parameter %", i, " has ", n.numel(), " elements, binding ", b, " has ", elems);
+  }
 }
 
 std::mutex g_fingerprints_mutex;
@@ -77,6 +104,7 @@ Lookup load(const c10::OperatorHandle& op, const OpInfo& info, const CallState& 
     auto prog = std::make_shared<compiler::Program>(compiler::deserialize_program(*payload));
     TORCH_CHECK(!prog->baked_scalars || st.bake, "a baked program under an unbaked key");
     check_bindings(*prog, st.bindings.size());
+    check_parameters(*prog, st.bindings);
     ir::verify(prog->graph);
     finish_program(*prog, compiler::output_nodes(*prog));
     return Lookup{std::move(prog), false};

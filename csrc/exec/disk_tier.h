@@ -38,8 +38,10 @@ struct Lookup {
 };
 
 // Looks st's call up on disk. A stored program is deserialized, verified, checked against the
-// call's bindings and compiled (finish_program); one that fails any step is discarded as
-// corrupt and reported as a miss. Never throws; a miss when the disk tier is off.
+// call's bindings (output targets, returns, and every parameter: a binding the call has, with
+// its element count; rng parameters only in programs that draw) and compiled (finish_program);
+// one that fails any step is discarded as corrupt and reported as a miss. Never throws; a miss
+// when the disk tier is off.
 Lookup load(const c10::OperatorHandle& op, const OpInfo& info, const CallState& st);
 
 // Stores a freshly compiled program under st's key and, when `unbaked_key` is not empty (the

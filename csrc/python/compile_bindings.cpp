@@ -20,6 +20,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -333,6 +334,14 @@ class CompiledGraph {
   CompiledGraph(std::shared_ptr<compiler::Program> prog, int32_t num_inputs)
       : prog_(std::move(prog)), num_inputs_(num_inputs), snapshot_(num_inputs, 0) {
     const int32_t new_count = static_cast<int32_t>(prog_->new_tensors.size());
+    for (int32_t i = 0; i < prog_->graph.size(); ++i) {
+      const ir::Node& n = prog_->graph.node(i);
+      if (n.kind != ir::OpKind::kParameter) continue;
+      const int64_t b = n.iattrs.size() == 1 ? n.iattrs[0] : INT64_MIN;
+      TORCH_CHECK((b >= 0 && b < num_inputs) ||
+                      ((b == ir::kRngSeedBinding || b == ir::kRngOffsetBinding) && prog_->rng_counters > 0),
+                  "compiled graph entry: parameter %", i, " reads input ", b, " of ", num_inputs);
+    }
     for (const auto& o : prog_->outputs) {
       TORCH_CHECK(o.target < num_inputs, "compiled graph entry: output target ", o.target, " out of range");
       if (o.target >= 0) snapshot_[static_cast<size_t>(o.target)] = o.snapshot ? kAlways : kUnlessAliased;

@@ -17,6 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The MAC key the tests' caches use (the process's key file is never touched here).
+const std::string kKey(32, 'k');
+
 struct TempDir {
   fs::path path;
   TempDir() {
@@ -130,7 +133,7 @@ TEST(ProgramSerialize, HugeCountsAreRejectedBeforeAllocating) {
 
 TEST(DiskCache, StoreLoadAndMiss) {
   TempDir tmp;
-  DiskCache cache(tmp.path.string(), "v-test", 1 << 20);
+  DiskCache cache(tmp.path.string(), "v-test", 1 << 20, kKey);
   ASSERT_TRUE(cache.enabled());
   std::vector<int64_t> key = {1, 2, 3, -4};
   EXPECT_FALSE(cache.load(key).has_value());
@@ -149,16 +152,16 @@ TEST(DiskCache, StoreLoadAndMiss) {
   ASSERT_EQ(::stat(cache.directory().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   // A second instance (another process) sees the entry.
-  DiskCache other(tmp.path.string(), "v-test", 1 << 20);
+  DiskCache other(tmp.path.string(), "v-test", 1 << 20, kKey);
   EXPECT_EQ(other.load(key).value_or(""), "payload");
   // Another version directory does not.
-  DiskCache upgraded(tmp.path.string(), "v-next", 1 << 20);
+  DiskCache upgraded(tmp.path.string(), "v-next", 1 << 20, kKey);
   EXPECT_FALSE(upgraded.load(key).has_value());
 }
 
 TEST(DiskCache, TruncatedAndFlippedEntriesAreDeletedAndMiss) {
   TempDir tmp;
-  DiskCache cache(tmp.path.string(), "v", 1 << 20);
+  DiskCache cache(tmp.path.string(), "v", 1 << 20, kKey);
   std::vector<int64_t> key = {42, 7};
   std::string payload(100, 'p');
   for (int variant = 0; variant < 3; ++variant) {
@@ -185,7 +188,7 @@ TEST(DiskCache, TruncatedAndFlippedEntriesAreDeletedAndMiss) {
 
 TEST(DiskCache, AnEntryForAnotherKeyIsAMissNotCorruption) {
   TempDir tmp;
-  DiskCache cache(tmp.path.string(), "v", 1 << 20);
+  DiskCache cache(tmp.path.string(), "v", 1 << 20, kKey);
   std::vector<int64_t> a = {1, 1}, b = {2, 2};
   ASSERT_TRUE(cache.store(a, "A"));
   fs::path entry_a = only_entry(cache.directory());
@@ -201,7 +204,7 @@ TEST(DiskCache, AnEntryForAnotherKeyIsAMissNotCorruption) {
   EXPECT_TRUE(fs::exists(entry_b));
   // Also when the other key is longer than the entry (a size check must not call it corrupt).
   std::vector<int64_t> long_key(50, 3);
-  DiskCache shorter(tmp.path.string(), "v2", 1 << 20);
+  DiskCache shorter(tmp.path.string(), "v2", 1 << 20, kKey);
   ASSERT_TRUE(shorter.store({1}, ""));
   fs::path entry_short = only_entry(shorter.directory());
   ASSERT_TRUE(shorter.store(long_key, "L"));
@@ -214,7 +217,7 @@ TEST(DiskCache, AnEntryForAnotherKeyIsAMissNotCorruption) {
 
 TEST(DiskCache, DiscardCountsCorruptionAndDeletes) {
   TempDir tmp;
-  DiskCache cache(tmp.path.string(), "v", 1 << 20);
+  DiskCache cache(tmp.path.string(), "v", 1 << 20, kKey);
   std::vector<int64_t> key = {9};
   ASSERT_TRUE(cache.store(key, "not a program"));
   ASSERT_TRUE(cache.load(key).has_value());
@@ -230,7 +233,7 @@ TEST(DiskCache, RefusesADirectoryOthersCanWrite) {
   fs::path open_dir = tmp.path / "shared";
   fs::create_directory(open_dir);
   ::chmod(open_dir.c_str(), 0777);
-  DiskCache cache(open_dir.string(), "v", 1 << 20);
+  DiskCache cache(open_dir.string(), "v", 1 << 20, kKey);
   EXPECT_FALSE(cache.enabled());
   EXPECT_FALSE(cache.store({1}, "x"));
   EXPECT_FALSE(cache.load({1}).has_value());
@@ -241,14 +244,14 @@ TEST(DiskCache, RefusesADirectoryOthersCanWrite) {
   ::chmod(root.c_str(), 0700);
   fs::create_directory(root / "v");
   ::chmod((root / "v").c_str(), 0770);
-  EXPECT_FALSE(DiskCache(root.string(), "v", 1 << 20).enabled());
-  EXPECT_TRUE(DiskCache(root.string(), "w", 1 << 20).enabled());
+  EXPECT_FALSE(DiskCache(root.string(), "v", 1 << 20, kKey).enabled());
+  EXPECT_TRUE(DiskCache(root.string(), "w", 1 << 20, kKey).enabled());
 }
 
 TEST(DiskCache, CreatesMissingParentsPrivately) {
   TempDir tmp;
   fs::path root = tmp.path / "a" / "b";
-  DiskCache cache(root.string(), "v", 1 << 20);
+  DiskCache cache(root.string(), "v", 1 << 20, kKey);
   ASSERT_TRUE(cache.enabled());
   struct stat st {};
   ASSERT_EQ(::stat(root.c_str(), &st), 0);
@@ -259,7 +262,7 @@ TEST(DiskCache, EvictsLeastRecentlyUsedBeyondTheBound) {
   TempDir tmp;
   const std::string payload(1000, 'x');
   const uint64_t entry_bytes = DiskCache::kHeaderBytes + 8 + payload.size();
-  DiskCache cache(tmp.path.string(), "v", 10 * entry_bytes);
+  DiskCache cache(tmp.path.string(), "v", 10 * entry_bytes, kKey);
   // Entries get distinct mtimes (file systems keep them to a few milliseconds at worst).
   auto pause = [] { ::usleep(20000); };
   for (int64_t k = 0; k < 10; ++k) {
@@ -288,13 +291,13 @@ TEST(DiskCache, OtherVersionsCountTowardsTheBoundAndGoFirst) {
   const std::string payload(1000, 'x');
   const uint64_t entry_bytes = DiskCache::kHeaderBytes + 8 + payload.size();
   {
-    DiskCache old(tmp.path.string(), "v1-torch0-old", 100 * entry_bytes);
+    DiskCache old(tmp.path.string(), "v1-torch0-old", 100 * entry_bytes, kKey);
     for (int64_t k = 0; k < 5; ++k) ASSERT_TRUE(old.store({k}, payload));
   }
   fs::create_directory(tmp.path / "unrelated");
   std::ofstream(tmp.path / "unrelated" / "keep.tpp") << "not ours";
   ::usleep(20000);
-  DiskCache cache(tmp.path.string(), "v1-torch0-new", 6 * entry_bytes);
+  DiskCache cache(tmp.path.string(), "v1-torch0-new", 6 * entry_bytes, kKey);
   ASSERT_TRUE(cache.store({100}, payload));  // the first write scans: 6 entries, at the bound
   EXPECT_EQ(cache.stats().evictions, 0u);
   ASSERT_TRUE(cache.store({101}, payload));
@@ -306,7 +309,7 @@ TEST(DiskCache, OtherVersionsCountTowardsTheBoundAndGoFirst) {
 
 TEST(DiskCache, EntriesLargerThanTheBoundAreNotWritten) {
   TempDir tmp;
-  DiskCache cache(tmp.path.string(), "v", 100);
+  DiskCache cache(tmp.path.string(), "v", 100, kKey);
   EXPECT_FALSE(cache.store({1}, std::string(200, 'x')));
   EXPECT_EQ(cache.stats().writes, 0u);
 }

@@ -7,10 +7,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -359,25 +361,53 @@ class NativeCompiler {
     return bytes;
   }
 
-  // dlopens a library from its bytes (through a temporary file, removed once it is mapped).
+  // dlopens a library from its bytes. The bytes are in memory (compiled here, or read from the
+  // disk tier and authenticated there, disk_cache.h), and only this private copy of them is
+  // loaded: an anonymous memfd (dlopen through /proc/self/fd), or where that is unavailable a
+  // file created with O_EXCL in a fresh 0700 directory of ours, removed once it is mapped.
+  // Never a path another user could swap between writing and loading.
   static void* load_library(const std::string& bytes, std::string& error) {
     namespace fs = std::filesystem;
+    void* handle = nullptr;
+    auto open_lib = [&](const std::string& path) {
+      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle == nullptr) {
+        const char* why = dlerror();
+        error = std::string("cannot load the compiled kernel: ") + (why != nullptr ? why : "?");
+      }
+    };
+    const int fd = static_cast<int>(::syscall(SYS_memfd_create, "torch_tpu_kernel", 1u /* MFD_CLOEXEC */));
+    if (fd >= 0) {
+      const bool written = write_all(fd, bytes.data(), bytes.size());
+      if (written && ::access("/proc/self/fd", X_OK) == 0) {
+        open_lib("/proc/self/fd/" + std::to_string(fd));
+        ::close(fd);  // a loaded library stays mapped
+        return handle;
+      }
+      ::close(fd);
+    }
     const std::string dir_name = temp_dir(error);
     if (dir_name.empty()) return nullptr;
     const fs::path path = fs::path(dir_name) / "kernel.so";
-    void* handle = nullptr;
-    {
-      std::ofstream out(path, std::ios::binary);
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      if (!out) error = "cannot write " + path.string();
-    }
-    if (error.empty() && (handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) == nullptr) {
-      const char* why = dlerror();
-      error = std::string("cannot load the compiled kernel: ") + (why != nullptr ? why : "?");
-    }
+    const int file = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0700);
+    bool ok = file >= 0 && write_all(file, bytes.data(), bytes.size());
+    if (file >= 0) ok = ::close(file) == 0 && ok;
+    if (!ok) error = "cannot write " + path.string();
+    if (ok) open_lib(path.string());
     std::error_code ec;
     fs::remove_all(dir_name, ec);  // a loaded library stays mapped
     return handle;
+  }
+
+  static bool write_all(int fd, const char* p, size_t n) {
+    while (n > 0) {
+      ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return true;
   }
 
   std::mutex mu_;

@@ -2,7 +2,7 @@
 // earlier one compiled instead of running the plugin's compiler again.
 //
 // Design:
-//   * Where: <cache root>/pjrt/<version>/, through compiler::DiskCache (checksummed entries,
+//   * Where: <cache root>/pjrt/<version>/, through compiler::DiskCache (authenticated entries,
 //     atomic writes, 0700 directories, LRU size bound; TORCH_TPU_CACHE_DIR=off disables it
 //     with the program cache's disk tier). The root is separate from the program tier's so the
 //     two never evict each other's directories as "other versions".
