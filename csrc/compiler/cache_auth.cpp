@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "common/config.h"
+#include "common/fd_io.h"
 
 namespace torch_tpu::compiler {
 namespace {
@@ -57,17 +58,6 @@ std::string private_reason(const struct stat& st) {
     return "it is writable by group or others (mode " + mode_text(st.st_mode) + ")";
   }
   return "";
-}
-
-bool write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
 }
 
 bool random_bytes(char* p, size_t n) {

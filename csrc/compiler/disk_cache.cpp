@@ -21,6 +21,7 @@
 #include <torch/version.h>
 
 #include "common/config.h"
+#include "common/fd_io.h"
 #include "common/sha256.h"
 #include "compiler/cache_auth.h"
 #include "compiler/program_serialize.h"
@@ -63,28 +64,6 @@ constexpr const char* kFix =
     "; the disk tier is off. Fix: point TORCH_TPU_CACHE_DIR at a directory that only you own and can write "
     "(mode 0700), under parents that only you or root can write (or sticky ones such as /tmp), or set "
     "TORCH_TPU_CACHE_DIR=off";
-
-bool write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool read_all(int fd, char* p, size_t n) {
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
 
 bool ends_with(const std::string& s, const char* suffix) {
   size_t n = std::strlen(suffix);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/fd_io.h"
 #include "common/fork_guard.h"
 #include "runtime/host/fusion.h"
 
@@ -397,17 +398,6 @@ class NativeCompiler {
     std::error_code ec;
     fs::remove_all(dir_name, ec);  // a loaded library stays mapped
     return handle;
-  }
-
-  static bool write_all(int fd, const char* p, size_t n) {
-    while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-    return true;
   }
 
   std::mutex mu_;
