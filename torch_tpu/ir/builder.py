@@ -773,10 +773,15 @@ def _binary_ref(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if op == "mul":
         return a * b
     if op == "div":
-        if integer:  # truncating division; x/0 is undefined (the host runtime raises)
-            return torch.div(a, b, rounding_mode="trunc")
+        if integer:  # truncating; x/0 raises ZeroDivisionError, MIN / -1 wraps to MIN (docs/ir.md)
+            m1 = (b == -1) & a.dtype.is_signed  # uint8's 255 compares equal to -1
+            q = torch.div(a, torch.where(m1, torch.ones_like(b), b), rounding_mode="trunc")
+            return torch.where(m1, torch.neg(a), q)
         return a / b
     if op == "rem":
+        if integer:  # MIN % -1 is 0 (CPU's integer division would trap there)
+            m1 = (b == -1) & a.dtype.is_signed
+            return torch.where(m1, torch.zeros_like(a), torch.fmod(a, torch.where(m1, torch.ones_like(b), b)))
         return torch.fmod(a, b)
     if op == "pow":
         return torch.pow(a, b)
