@@ -214,3 +214,81 @@ def test_good_configuration_is_accepted(name: str, value: str, devices: int, mem
     assert int(words[1]) == devices
     if memory is not None:
         assert int(words[2]) == memory
+
+
+# -- 3. multinomial refuses invalid distributions ----------------------------------------------
+
+_INF, _NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("probs", [[0.5, -0.1, 0.6], [0.5, _NAN], [1.0, _INF], [1.0, -_INF], [0.0, 0.0]],
+                         ids=["negative", "nan", "inf", "minus_inf", "all_zero"])
+@pytest.mark.parametrize("replacement, samples", [(False, 1), (False, 2), (True, 1), (True, 2)])
+@pytest.mark.parametrize("rows", [1, 2])
+def test_multinomial_refuses_invalid_distributions_like_cpu(mode: str, probs: list[float], replacement: bool,
+                                                            samples: int, rows: int) -> None:
+    p = torch.tensor(probs)
+    if rows == 2:  # a valid row first: the bad one is not the first the check sees
+        p = torch.stack([torch.ones(len(probs)), p])
+    cpu = _outcome(lambda: torch.multinomial(p, samples, replacement))
+    assert cpu[0] == "RuntimeError"
+    with torch_tpu.mode(mode):
+        tpu = _outcome(lambda: torch.multinomial(p.to("tpu"), samples, replacement))
+    _assert_like_cpu(cpu, tpu)
+    assert "multinomial" in str(tpu[1])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_multinomial_argument_errors_and_valid_rows_like_cpu(mode: str) -> None:
+    calls = {
+        "more samples than categories": lambda d: torch.multinomial(torch.ones(3, device=d), 4),
+        "no samples": lambda d: torch.multinomial(torch.ones(3, device=d), 0),
+        "integer probabilities": lambda d: torch.multinomial(torch.ones(3, dtype=torch.int64, device=d), 2, True),
+        "3-d": lambda d: torch.multinomial(torch.ones(2, 2, 2, device=d), 1),
+        "no rows": lambda d: torch.multinomial(torch.ones(0, 3, device=d), 2),
+        # One category with all the mass: every sample is known.
+        "one-hot rows": lambda d: torch.multinomial(torch.tensor([[0.0, 2.0, 0.0], [0.0, 0.0, 0.5]], device=d), 4,
+                                                    True),
+        "one-hot rows without replacement": lambda d: torch.multinomial(
+            torch.tensor([[0.0, 2.0, 0.0], [0.0, 0.0, 0.5]], device=d), 1),
+    }
+    with torch_tpu.mode(mode):
+        for name, fn in calls.items():
+            cpu, tpu = _outcome(lambda: fn("cpu")), _outcome(lambda: fn("tpu"))
+            if cpu[0] == "ok":
+                assert tpu == cpu, name
+            else:
+                _assert_like_cpu(cpu, tpu, str(cpu[1]))
+
+
+# -- 4b-d. index errors and empty integer softmax ----------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bad", [15, -11])
+def test_take_and_index_fill_name_the_bad_index(mode: str, bad: int) -> None:
+    t = torch.arange(10.0)
+    idx = torch.tensor([0, bad])
+    calls = {"take": lambda x, i: torch.take(x, i), "put_": lambda x, i: x.clone().put_(i, torch.ones_like(x[:2])),
+             "index_fill_": lambda x, i: x.clone().index_fill_(0, i, 1.0)}
+    with torch_tpu.mode(mode):
+        for name, fn in calls.items():
+            cpu = _outcome(lambda: fn(t, idx))
+            tpu = _outcome(lambda: fn(t.to("tpu"), idx.to("tpu")))
+            assert cpu[0] == "IndexError", name
+            _assert_like_cpu(cpu, tpu, f"index {bad}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_of_integer_tensors_like_cpu(mode: str, fn) -> None:
+    cases = [((0,), torch.int64, 0), ((0, 3), torch.int32, 0), ((2, 0), torch.bool, 1), ((2, 3), torch.int64, 0),
+             ((2, 3), torch.int32, 1), ((), torch.int64, 0)]
+    with torch_tpu.mode(mode):
+        for shape, dtype, dim in cases:
+            x = torch.zeros(shape, dtype=dtype)
+            cpu = _outcome(lambda: fn(x, dim))
+            tpu = _outcome(lambda: fn(x.to("tpu"), dim))
+            _assert_like_cpu(cpu, tpu)
+            if cpu[0] == "ok":
+                assert fn(x.to("tpu"), dim).dtype == fn(x, dim).dtype

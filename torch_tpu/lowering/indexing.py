@@ -38,12 +38,13 @@ def _as_index(b: GraphBuilder, idx: Value, what: str, uint8_is_mask: bool = True
 
 
 def _wrap(b: GraphBuilder, idx: Value, n: int) -> Value:
-    """Negative indices count from the end; anything still out of range becomes -1 (an error)."""
+    """Negative indices count from the end; anything still out of range stays the index as
+    written (>= n or < -n: still out of range), so the gather/scatter's error names it."""
     z = full_i64(b, 0, idx.shape)
     nn = full_i64(b, n, idx.shape)
     w = b.select(b.compare("lt", idx, z), b.add(idx, nn), idx)
     ok = b.binary("and", b.compare("ge", w, z), b.compare("lt", w, nn))
-    return b.select(ok, w, full_i64(b, -1, idx.shape))
+    return b.select(ok, w, idx)
 
 
 def _index_1d(b: GraphBuilder, index: Value, what: str) -> Value:
