@@ -292,3 +292,30 @@ def test_softmax_of_integer_tensors_like_cpu(mode: str, fn) -> None:
             _assert_like_cpu(cpu, tpu)
             if cpu[0] == "ok":
                 assert fn(x.to("tpu"), dim).dtype == fn(x, dim).dtype
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bad", [15, -11])
+def test_gather_and_scatter_out_of_range_raise_runtime_error_like_cpu(mode: str, bad: int) -> None:
+    t = torch.arange(10.0)
+    idx = torch.tensor([0, bad])
+    calls = {
+        "gather": lambda x, i: torch.gather(x, 0, i),
+        "gather 2-d": lambda x, i: torch.gather(x.view(2, 5), 1, i.view(2, 1)),
+        "scatter": lambda x, i: x.clone().scatter_(0, i, torch.ones_like(x[:2])),
+        "scatter value": lambda x, i: x.clone().scatter_(0, i, 2.0),
+        "scatter_add": lambda x, i: x.clone().scatter_add_(0, i, torch.ones_like(x[:2])),
+        "scatter_reduce": lambda x, i: x.clone().scatter_reduce_(0, i, torch.ones_like(x[:2]), "amax"),
+        # Indexing keeps CPU's IndexError.
+        "getitem": lambda x, i: x[i],
+        "index_put_": lambda x, i: x.clone().index_put_((i,), torch.tensor(1.0, device=x.device)),
+    }
+    with torch_tpu.mode(mode):
+        for name, fn in calls.items():
+            cpu = _outcome(lambda: fn(t, idx))
+            tpu = _outcome(lambda: fn(t.to("tpu"), idx.to("tpu")))
+            assert cpu[0] in ("RuntimeError", "IndexError"), name
+            if name == "gather 2-d":  # CPU names the dim (1) and its size (5): ours names the index only
+                _assert_like_cpu(cpu, tpu, f"index {bad} is out of bounds")
+            else:
+                _assert_like_cpu(cpu, tpu, f"index {bad} is out of bounds for")
