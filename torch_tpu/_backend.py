@@ -12,6 +12,7 @@ from . import _C
 
 
 def register() -> None:
+    _C._check_config()  # out-of-range TORCH_TPU_NUM_DEVICES, sizes: a ValueError naming the variable
     _C._pjrt_set_search_path(sys.path)  # where PJRT plugins are discovered (only stat() calls)
     if _C._runtime_name() == "jax":  # validates TORCH_TPU_RUNTIME now, with a clear error, not at the first op
         from . import jax_runtime  # imports jax: only for this runtime

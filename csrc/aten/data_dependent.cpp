@@ -205,6 +205,55 @@ at::Tensor cholesky(const at::Tensor& self, bool upper) {
   return factor;
 }
 
+// torch.multinomial (and .out): CPU's argument checks and its distribution checks, then the
+// lowered sampler. The distribution is checked with three flags computed on the device and read
+// on the host in one transfer (a sync, as cholesky's): a negative, NaN or infinite probability,
+// or a row summing to 0, raises CPU's RuntimeError instead of returning samples.
+void multinomial(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {
+  const size_t nargs = op.schema().arguments().size();
+  const at::Tensor& self = (*stack)[stack->size() - nargs].toTensor();
+  const int64_t n_sample = (*stack)[stack->size() - nargs + 1].toInt();
+  const bool replacement = (*stack)[stack->size() - nargs + 2].toBool();
+  TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "multinomial: prob_dist must be 1 or 2 dim");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+              "multinomial only supports floating-point dtypes for input, got: ", self.scalar_type());
+  TORCH_CHECK(n_sample > 0, "multinomial: cannot sample n_sample <= 0 samples");
+  TORCH_CHECK(replacement || n_sample <= self.size(-1),
+              "multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  if (self.numel() == 0) {  // no rows (no categories fails in the lowering): an empty result, as CPU's
+    TORCH_CHECK(self.size(-1) > 0, "multinomial: number of categories cannot be zero");
+    const std::vector<int64_t> shape{0, n_sample};
+    at::Tensor result = nargs == 5 ? stack->back().toTensor() : at::empty(shape, self.options().dtype(at::kLong));
+    if (nargs == 5) result.resize_(shape);
+    torch::jit::drop(*stack, nargs);
+    stack->push_back(result);
+    return;
+  }
+  {
+    at::Tensor flags;
+    {
+      at::Tensor below = at::logical_or(at::lt(self, 0), at::isnan(self)).any();
+      at::Tensor infinite = at::isinf(self).any();
+      at::Tensor empty_row = at::le(self.sum(-1), 0).any();  // a NaN sum compares false: NaN is `below`
+      flags = at::stack({below, infinite, empty_row});
+    }
+    device::FlushCauseScope cause(device::FlushCause::kDataDependent);
+    flags = flags.cpu();
+    const bool* f = flags.const_data_ptr<bool>();
+    // CPU's messages: its fast path (no replacement, or one sample) checks every element at
+    // once; sampling with replacement names the first kind of bad entry it meets.
+    if (!replacement || n_sample == 1) {
+      TORCH_CHECK(!f[0] && !f[1], "multinomial: probability tensor contains either `inf`, `nan` or element < 0");
+    } else {
+      TORCH_CHECK(!f[0], "multinomial: invalid multinomial distribution (encountering probability entry < 0)");
+      TORCH_CHECK(!f[1], "multinomial: invalid multinomial distribution (encountering probability entry = "
+                         "infinity or NaN)");
+    }
+    TORCH_CHECK(!f[2], "multinomial: invalid multinomial distribution (sum of probabilities <= 0)");
+  }
+  exec::run_lowered(op, stack);
+}
+
 bool equal(const at::Tensor& self, const at::Tensor& other) {
   if (!self.sizes().equals(other.sizes())) return false;
   if (self.numel() == 0) return true;

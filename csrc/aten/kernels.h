@@ -69,6 +69,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim_consecutive(const at::
 at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength);
 at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymInt> output_size);
 void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+void multinomial(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 
 // attention.cpp
 void fused_sdp_choice(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);

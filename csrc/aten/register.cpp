@@ -41,6 +41,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("repeat_interleave.Tensor", TORCH_FN(repeat_interleave));
   m.impl("bincount", TORCH_FN(bincount));
   m.impl("cholesky", TORCH_FN(cholesky));
+  m.impl("multinomial", torch::CppFunction::makeFromBoxedFunction<&multinomial>());
+  m.impl("multinomial.out", torch::CppFunction::makeFromBoxedFunction<&multinomial>());
   m.impl("unique_dim", TORCH_FN(unique_dim));
   m.impl("unique_dim_consecutive", TORCH_FN(unique_dim_consecutive));
   m.impl("index.Tensor", torch::CppFunction::makeFromBoxedFunction<&index_with_masks>());

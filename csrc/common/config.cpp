@@ -1,7 +1,10 @@
 #include "common/config.h"
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
+#include <system_error>
 
 #include "common/check.h"
 
@@ -33,11 +36,12 @@ const std::vector<EnvVar>& registry() {
        "only when the host needs them). `0`: stage every program's inputs and outputs through host "
        "memory (for comparisons and debugging)."},
       {"TORCH_TPU_NUM_DEVICES", "1",
-       "Number of emulated devices on the host runtime. Unset under torchrun: `LOCAL_WORLD_SIZE` "
-       "(so local rank r can use tpu:r)."},
+       "Number of emulated devices on the host runtime, 1 to 64 (other values raise ValueError at "
+       "import). Unset under torchrun: `LOCAL_WORLD_SIZE` (so local rank r can use tpu:r)."},
       {"TORCH_TPU_HOST_MEMORY", "",
-       "Capacity of each host-runtime device: bytes or a size with a unit (`512MiB`, `8GB`). "
-       "Default: half of physical RAM, at most 16 GiB."},
+       "Capacity of each host-runtime device: bytes or a size with a unit (`512MiB`, `8GB`), at least "
+       "1 byte and below 2^64 (other values raise ValueError at import). Default: half of physical "
+       "RAM, at most 16 GiB."},
       {"TORCH_TPU_FALLBACK", "none",
        "`cpu` runs ops with no lowering on the CPU (warns once per op, counted in "
        "torch_tpu.metrics()); `none` raises NotImplementedError. Python: torch_tpu.set_fallback()."},
@@ -125,12 +129,39 @@ std::string get(const char* name) {
   return value != nullptr ? std::string(value) : std::string(var.default_value);
 }
 
+// The whole of v as an integer, or nullopt (not a number, trailing characters, out of int64).
+static std::optional<int64_t> parse_int(const std::string& v) {
+  int64_t out = 0;
+  const char* end = v.data() + v.size();
+  auto [ptr, ec] = std::from_chars(v.data(), end, out);
+  if (v.empty() || ec != std::errc() || ptr != end) return std::nullopt;
+  return out;
+}
+
 int64_t get_int(const char* name) {
-  std::string v = get(name);
+  const std::string v = get(name);
+  const std::optional<int64_t> out = parse_int(v);
+  TPU_CHECK_VALUE(out.has_value(), name, "='", v, "' is not an integer (64-bit)");
+  return *out;
+}
+
+int64_t get_int_in(const char* name, int64_t lo, int64_t hi) {
+  const std::string v = get(name);
+  const std::optional<int64_t> out = parse_int(v);
+  TPU_CHECK_VALUE(out.has_value() && *out >= lo && *out <= hi, name, "='", v,
+                  "' is out of range: expected an integer from ", lo, " to ", hi);
+  return *out;
+}
+
+uint64_t get_size(const char* name, uint64_t lo) {
+  const std::string text = get(name);
   try {
-    return std::stoll(v);
-  } catch (const std::exception&) {
-    TPU_CHECK_VALUE(false, name, "='", v, "' is not an integer");
+    const uint64_t v = parse_size(text);
+    TPU_CHECK_VALUE(v >= lo, "size '", text, "' is below the minimum");
+    return v;
+  } catch (const c10::Error& e) {
+    TPU_CHECK_VALUE(false, name, "='", text, "' is not a valid size: ", e.what_without_backtrace(), ". Expected ",
+                    lo, " to 18446744073709551615 bytes, as a byte count or with a unit (e.g. 512MiB, 8GB)");
   }
 }
 
@@ -142,7 +173,9 @@ bool get_bool(const char* name) {
 uint64_t parse_size(const std::string& text) {
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  TPU_CHECK_VALUE(i > 0, "cannot parse size '", text, "' (expected e.g. 8GB, 512MiB or a byte count)");
+  const auto dots = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(i), '.');
+  TPU_CHECK_VALUE(std::isdigit(static_cast<unsigned char>(text[0])) && dots <= 1, "cannot parse size '", text,
+                  "' (expected e.g. 8GB, 512MiB or a byte count)");
   double number = std::stod(text.substr(0, i));
   std::string unit = text.substr(i);
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
@@ -158,7 +191,10 @@ uint64_t parse_size(const std::string& text) {
   else if (unit == "gib") scale = 1024.0 * 1024 * 1024;
   else if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
   else TPU_CHECK_VALUE(false, "unknown size unit '", unit, "' in '", text, "'");
-  return static_cast<uint64_t>(number * scale);
+  // 2^64 (exact as a double) and above do not fit: converting them is undefined (it gave 0).
+  const double bytes = number * scale;
+  TPU_CHECK_VALUE(bytes < 18446744073709551616.0, "size '", text, "' is out of range (at most 2^64 - 1 bytes)");
+  return static_cast<uint64_t>(bytes);
 }
 
 }  // namespace torch_tpu::config

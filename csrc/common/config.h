@@ -24,9 +24,16 @@ const std::vector<EnvVar>& registry();
 // Raw value of a registered variable (the default when unset). Throws c10::Error for a name
 // missing from the registry (a programming error).
 std::string get(const char* name);
+// An integer (the whole value; throws c10::ValueError naming the variable otherwise).
 int64_t get_int(const char* name);
+// get_int, in [lo, hi]: throws c10::ValueError naming the variable, its value and the range.
+int64_t get_int_in(const char* name, int64_t lo, int64_t hi);
+// A size (parse_size) of at least lo bytes: throws c10::ValueError naming the variable, its
+// value and the accepted range.
+uint64_t get_size(const char* name, uint64_t lo = 0);
 bool get_bool(const char* name);
-// Parses "8GB", "512MiB", "1073741824" (bytes). Throws c10::ValueError on malformed input.
+// Parses "8GB", "512MiB", "1073741824" (bytes). Throws c10::ValueError on malformed input and
+// on sizes of 2^64 bytes or more.
 uint64_t parse_size(const std::string& text);
 
 }  // namespace torch_tpu::config

@@ -11,11 +11,28 @@
 
 namespace torch_tpu::device {
 
+namespace {
+
+constexpr int64_t kMaxDevices = 64;
+
+}  // namespace
+
+void check_config() {
+  const char* explicit_count = std::getenv("TORCH_TPU_NUM_DEVICES");
+  if (explicit_count != nullptr && *explicit_count != '\0') {
+    config::get_int_in("TORCH_TPU_NUM_DEVICES", 1, kMaxDevices);
+  }
+  for (const char* size : {"TORCH_TPU_HOST_MEMORY", "TORCH_TPU_CACHE_MAX_BYTES", "TORCH_TPU_HOST_SCRATCH_CACHE"}) {
+    if (!config::get(size).empty()) config::get_size(size, std::string(size) == "TORCH_TPU_HOST_MEMORY" ? 1 : 0);
+  }
+}
+
 c10::DeviceIndex count() {
   static const c10::DeviceIndex n = [] {
     int64_t v = 1;
     try {
-      v = config::get_int("TORCH_TPU_NUM_DEVICES");
+      // Out-of-range values are refused at import (check_config); this never throws.
+      v = config::get_int_in("TORCH_TPU_NUM_DEVICES", 1, kMaxDevices);
       // Under torchrun, local rank r uses tpu:r (device_id=torch.device("tpu", local_rank),
       // DeviceMesh): unless set explicitly, emulate as many devices as the node runs ranks.
       const char* explicit_count = std::getenv("TORCH_TPU_NUM_DEVICES");
@@ -33,7 +50,7 @@ c10::DeviceIndex count() {
       const char* explicit_count = std::getenv("TORCH_TPU_NUM_DEVICES");
       v = explicit_count != nullptr && *explicit_count ? std::min<int64_t>(v, real) : real;
     }
-    return static_cast<c10::DeviceIndex>(std::clamp<int64_t>(v, 1, 64));
+    return static_cast<c10::DeviceIndex>(std::clamp<int64_t>(v, 1, kMaxDevices));
   }();
   return n;
 }
@@ -57,7 +74,7 @@ void set_current(c10::DeviceIndex index) {
 uint64_t capacity(c10::DeviceIndex /*index*/) {
   static const uint64_t bytes = [] {
     std::string text = config::get("TORCH_TPU_HOST_MEMORY");
-    if (!text.empty()) return config::parse_size(text);
+    if (!text.empty()) return config::get_size("TORCH_TPU_HOST_MEMORY", 1);
     uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
     return std::min<uint64_t>(phys / 2, 16ull << 30);
   }();

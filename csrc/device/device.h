@@ -12,6 +12,13 @@
 
 namespace torch_tpu::device {
 
+// Validates the device and memory variables (TORCH_TPU_NUM_DEVICES: 1 to 64 when set;
+// TORCH_TPU_HOST_MEMORY: at least one byte; TORCH_TPU_CACHE_MAX_BYTES and
+// TORCH_TPU_HOST_SCRATCH_CACHE: sizes below 2^64 bytes). Throws c10::ValueError naming the
+// variable and the accepted range; called at import, so count() and capacity() never meet a bad
+// value. Reads only the environment.
+void check_config();
+
 // Number of devices (>= 1). Read once from the environment; never throws after the first call.
 c10::DeviceIndex count();
 

@@ -88,10 +88,12 @@ std::string attributes(const Graph& g, const Node& n) {
       }
       break;
     case OpKind::kGather:
-      if (a.size() == 1) s = "axis = " + std::to_string(a[0]);
+      if (a.size() == 1 || a.size() == 2) s = "axis = " + std::to_string(a[0]);
+      if (a.size() == 2 && a[1] == 1) s += ", errors = runtime";
       break;
     case OpKind::kScatter:
-      if (a.size() == 2) s = "axis = " + std::to_string(a[0]) + ", mode = " + pick(kModes, 5, a[1]);
+      if (a.size() == 2 || a.size() == 3) s = "axis = " + std::to_string(a[0]) + ", mode = " + pick(kModes, 5, a[1]);
+      if (a.size() == 3 && a[2] == 1) s += ", errors = runtime";
       break;
     case OpKind::kReduce:
       if (!a.empty())

@@ -346,8 +346,10 @@ class NodeVerifier {
       }
       case OpKind::kGather: {
         // C1: index no larger than x outside axis. C2: index is i64 of x's rank. C3: axis.
+        // C4: an optional second attribute, 0 or 1 (the error type of an out-of-range index).
         arity(2);
-        nattrs(1);
+        nattrs(n_.iattrs.size() == 2 ? 2 : 1);
+        check(n_.iattrs.size() == 1 || n_.iattrs[1] == 0 || n_.iattrs[1] == 1, "C4", "error kind must be 0 or 1");
         const Node &x = in(0), &idx = in(1);
         int64_t axis = attr(0);
         check(idx.dtype == DType::kI64 && idx.rank() == x.rank(), "C2",
@@ -365,9 +367,11 @@ class NodeVerifier {
       }
       case OpKind::kScatter: {
         // C1: index (i64) and updates same shape, rank of x. C2: updates dtype == x dtype.
-        // C3: index no larger than x outside axis. C4: axis and mode in range.
+        // C3: index no larger than x outside axis. C4: axis and mode in range. C5: an optional
+        // third attribute, 0 or 1 (the error type of an out-of-range index).
         arity(3);
-        nattrs(2);
+        nattrs(n_.iattrs.size() == 3 ? 3 : 2);
+        check(n_.iattrs.size() == 2 || n_.iattrs[2] == 0 || n_.iattrs[2] == 1, "C5", "error kind must be 0 or 1");
         const Node &x = in(0), &idx = in(1), &u = in(2);
         int64_t axis = attr(0), mode = attr(1);
         check(idx.dtype == DType::kI64 && idx.shape == u.shape && idx.rank() == x.rank(), "C1",

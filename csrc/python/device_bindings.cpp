@@ -28,6 +28,7 @@ constexpr BlockingWaitHooks kGilHooks{release_gil_if_held, reacquire_gil};
 void init_device_bindings(py::module_& m) {
   using namespace torch_tpu::device;
   set_blocking_wait_hooks(&kGilHooks);
+  m.def("_check_config", [] { check_config(); });
   m.def("_device_count", [] { return static_cast<int>(count()); });
   m.def("_in_bad_fork", [] { return torch_tpu::in_bad_fork(); });
   m.def("_current_device", [] { return static_cast<int>(current()); });

@@ -2,6 +2,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "runtime/host/strided_copy.h"
 
 namespace torch_tpu::runtime::host {
@@ -35,6 +37,31 @@ TEST(StridedCopy, ReshapedCopyKeepsRowMajorOrder) {
   const at::Tensor got = reshaped_copy(t, {8, 32, 64});
   EXPECT_TRUE(got.is_contiguous());
   EXPECT_TRUE(at::equal(got, t.reshape({8, 32, 64})));
+}
+
+TEST(StridedCopy, ReadLogicalReadsAnyPieceInRowMajorOrder) {
+  const at::Tensor x = at::randn({3, 4, 5});
+  // Transposed, sliced, broadcast (stride 0 inner and outer) and 0-d operands.
+  const at::Tensor cases[] = {x,
+                              x.permute({2, 0, 1}),
+                              x.slice(2, 1, 5, 2),
+                              x.select(2, 0).unsqueeze(2).expand({3, 4, 7}),
+                              x.select(0, 1).expand({6, 4, 5}),
+                              x.select(0, 0).select(0, 0).select(0, 0)};
+  for (const at::Tensor& t : cases) {
+    const at::Tensor want = t.contiguous().reshape({-1});
+    const int64_t n = want.numel();
+    for (int64_t pos : {int64_t{0}, int64_t{1}, n / 3, n - 1}) {
+      for (int64_t len : {int64_t{1}, int64_t{7}, n - pos}) {
+        if (pos + len > n) continue;
+        std::vector<float> got(static_cast<size_t>(len));
+        read_logical(t, pos, len, got.data());
+        for (int64_t i = 0; i < len; ++i) {
+          ASSERT_EQ(got[static_cast<size_t>(i)], want[pos + i].item<float>()) << t.sizes() << " " << t.strides();
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -478,19 +478,24 @@ class GraphBuilder:
             return x
         return self._emit("reverse", (x,), x.dtype, x.shape, dims, (), self._ref(lambda: torch.flip(x.data, dims)))
 
-    def gather(self, x: Value, index: Value, axis: int) -> Value:
+    def gather(self, x: Value, index: Value, axis: int, runtime_error: bool = False) -> Value:
         """torch.gather: out[p] = x[p with p[axis] := index[p]]; index has x's rank and int64 type.
 
-        An index outside [0, x.shape[axis]) is an error (IndexError on the host runtime)."""
+        An index outside [0, x.shape[axis]) is an error on the host runtime: IndexError (what
+        indexing raises), or RuntimeError with runtime_error (what torch.gather raises)."""
         _check(index.dtype == torch.int64 and index.rank == x.rank, "gather", f"index {index} must be int64 of rank {x.rank}")
         _check(0 <= axis < max(x.rank, 1), "gather", f"axis {axis} out of range")
         _check(all(index.shape[d] <= x.shape[d] for d in range(x.rank) if d != axis), "gather",
                f"index {index.shape} larger than operand {x.shape} outside axis {axis}")
-        return self._emit("gather", (x, index), x.dtype, index.shape, (axis,), (),
+        return self._emit("gather", (x, index), x.dtype, index.shape, (axis, 1) if runtime_error else (axis,), (),
                           self._ref(lambda: torch.gather(x.data, axis, index.data)))
 
-    def scatter(self, x: Value, index: Value, updates: Value, axis: int, mode: str = "replace") -> Value:
-        """torch.scatter / scatter_reduce(include_self=True): x with updates combined at index along axis."""
+    def scatter(self, x: Value, index: Value, updates: Value, axis: int, mode: str = "replace",
+                runtime_error: bool = False) -> Value:
+        """torch.scatter / scatter_reduce(include_self=True): x with updates combined at index along axis.
+
+        An out-of-range index raises IndexError on the host runtime, or RuntimeError with
+        runtime_error (torch.scatter's type)."""
         _check(index.dtype == torch.int64 and index.shape == updates.shape and index.rank == x.rank, "scatter",
                f"index {index} / updates {updates} must match and have operand rank {x.rank}")
         _check(updates.dtype == x.dtype, "scatter", f"updates dtype {updates.dtype} != operand {x.dtype}")
@@ -503,7 +508,8 @@ class GraphBuilder:
                 return x.data.scatter(axis, index.data, updates.data)
             red = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}[mode]
             return x.data.scatter_reduce(axis, index.data, updates.data, red, include_self=True)
-        return self._emit("scatter", (x, index, updates), x.dtype, x.shape, (axis, m), (), self._ref(ref))
+        iattrs = (axis, m, 1) if runtime_error else (axis, m)
+        return self._emit("scatter", (x, index, updates), x.dtype, x.shape, iattrs, (), self._ref(ref))
 
     # -- reductions ------------------------------------------------------------------------
     def reduce(self, x: Value, kind: str, dims: Sequence[int]) -> Value:
@@ -773,10 +779,15 @@ def _binary_ref(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if op == "mul":
         return a * b
     if op == "div":
-        if integer:  # truncating division; x/0 is undefined (the host runtime raises)
-            return torch.div(a, b, rounding_mode="trunc")
+        if integer:  # truncating; x/0 raises ZeroDivisionError, MIN / -1 wraps to MIN (docs/ir.md)
+            m1 = (b == -1) & a.dtype.is_signed  # uint8's 255 compares equal to -1
+            q = torch.div(a, torch.where(m1, torch.ones_like(b), b), rounding_mode="trunc")
+            return torch.where(m1, torch.neg(a), q)
         return a / b
     if op == "rem":
+        if integer:  # MIN % -1 is 0 (CPU's integer division would trap there)
+            m1 = (b == -1) & a.dtype.is_signed
+            return torch.where(m1, torch.zeros_like(a), torch.fmod(a, torch.where(m1, torch.ones_like(b), b)))
         return torch.fmod(a, b)
     if op == "pow":
         return torch.pow(a, b)

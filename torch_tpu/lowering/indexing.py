@@ -3,7 +3,8 @@
 Index checks follow CPU: ops that wrap negative indices (index/index_put, take, index_fill)
 normalize them in the graph; the others pass indices through. Any index still outside its
 dimension is routed to an invalid position of the IR gather/scatter, which raises IndexError on
-the host runtime (the reference interpreter raises too), so bad indices never read silently.
+the host runtime (RuntimeError for torch.gather and the scatter family, as on CPU; the reference
+interpreter raises too), so bad indices never read silently.
 
 Advanced indexing (index.Tensor / index_put) is one flat gather/scatter: the indexed dims are
 moved to the front and merged into one, the broadcast indices become one linear row index, and
@@ -38,12 +39,13 @@ def _as_index(b: GraphBuilder, idx: Value, what: str, uint8_is_mask: bool = True
 
 
 def _wrap(b: GraphBuilder, idx: Value, n: int) -> Value:
-    """Negative indices count from the end; anything still out of range becomes -1 (an error)."""
+    """Negative indices count from the end; anything still out of range stays the index as
+    written (>= n or < -n: still out of range), so the gather/scatter's error names it."""
     z = full_i64(b, 0, idx.shape)
     nn = full_i64(b, n, idx.shape)
     w = b.select(b.compare("lt", idx, z), b.add(idx, nn), idx)
     ok = b.binary("and", b.compare("ge", w, z), b.compare("lt", w, nn))
-    return b.select(ok, w, full_i64(b, -1, idx.shape))
+    return b.select(ok, w, idx)
 
 
 def _index_1d(b: GraphBuilder, index: Value, what: str) -> Value:
@@ -77,10 +79,11 @@ def gather(b: GraphBuilder, x: Value, dim: int, index: Value, sparse_grad: bool 
     index = _as_index(b, index, "gather", False)
     if index.numel() == 0:
         return b.full(0, x.dtype, index.shape)
+    # An out-of-range index raises RuntimeError, as CPU's gather does (indexing: IndexError).
     if x.rank == 0 or index.rank == 0:
-        r = b.gather(_as_rank1(b, x), b.reshape(index, [1]) if index.rank == 0 else index, d)
+        r = b.gather(_as_rank1(b, x), b.reshape(index, [1]) if index.rank == 0 else index, d, runtime_error=True)
         return b.reshape(r, index.shape)
-    return b.gather(x, index, d)
+    return b.gather(x, index, d, runtime_error=True)
 
 
 @register(aten.take.default)
@@ -120,10 +123,11 @@ def _scatter(b: GraphBuilder, x: Value, dim: int, index: Value, src: Value, mode
     index = _as_index(b, index, "scatter", False)
     if index.numel() == 0:
         return x
+    # An out-of-range index raises RuntimeError, as CPU's scatter does (index_put_: IndexError).
     if x.rank == 0:
-        r = b.scatter(b.reshape(x, [1]), b.reshape(index, [1]), b.reshape(src, [1]), 0, mode)
+        r = b.scatter(b.reshape(x, [1]), b.reshape(index, [1]), b.reshape(src, [1]), 0, mode, runtime_error=True)
         return b.reshape(r, [])
-    return b.scatter(x, index, src, d, mode)
+    return b.scatter(x, index, src, d, mode, runtime_error=True)
 
 
 _REDUCE_MODE = {"add": "add", "multiply": "mul", "sum": "add", "prod": "mul", "amax": "max", "amin": "min"}

@@ -18,6 +18,7 @@ import torch
 from ..ir.builder import GraphBuilder, Value
 from .apply import NeedsBakedScalars
 from .core import broadcast_to, canonical_dim, opmath
+from .elementwise import _tname
 from .registry import register
 
 aten = torch.ops.aten
@@ -109,8 +110,13 @@ def log_softmax(b: GraphBuilder, x: Value, dim: int, half_to_float: bool) -> Val
 
 
 def _softmax_common(b: GraphBuilder, x: Value, dim: int, half_to_float: bool, log: bool) -> Value:
-    check(x.dtype.is_floating_point, f"\"softmax_lastdim_kernel_impl\" not implemented for '{x.dtype}'")
     dim = canonical_dim(dim, x.rank)
+    if not x.dtype.is_floating_point:
+        # CPU returns an empty tensor of any dtype as it is, and names its kernel otherwise.
+        if x.numel() == 0:
+            return b.full(0, x.dtype, x.shape)
+        kernel = ("log_" if log else "") + ("softmax_lastdim_kernel_impl" if dim >= x.rank - 1 else "softmax_kernel_impl")
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{_tname(x.dtype)}'")
     out_dtype = torch.float32 if half_to_float and x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     y = _softmax_core(b, b.convert(x, opmath(x.dtype)), dim, log)
     return b.convert(y, out_dtype)

@@ -313,11 +313,12 @@ def put(b: GraphBuilder, x: Value, index: Value, source: Value, accumulate: bool
         return x
     check(n > 0, "put_(): Tried to put elements into an empty tensor")
     m = index.numel()
-    idx = b.reshape(index, (m,))
+    raw = b.reshape(index, (m,))
     zero, nn = b.full(0, torch.int64, (m,)), b.full(n, torch.int64, (m,))
-    idx = b.select(b.compare("lt", idx, zero), b.add(idx, nn), idx)
+    idx = b.select(b.compare("lt", raw, zero), b.add(raw, nn), raw)
     ok = b.binary("and", b.compare("ge", idx, zero), b.compare("lt", idx, nn))
-    idx = b.select(ok, idx, b.full(-1, torch.int64, (m,)))  # out of range: IndexError at run time
+    # Out of range: the index as written (still out of range), an IndexError naming it at run time.
+    idx = b.select(ok, idx, raw)
     flat = b.reshape(x, (n,))
     src = b.reshape(source, (m,))
     if accumulate and x.dtype == torch.bool:

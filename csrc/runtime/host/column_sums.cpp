@@ -11,6 +11,7 @@
 #include "runtime/host/clones.h"
 #include "runtime/host/fusion.h"
 #include "runtime/host/kernel_threads.h"
+#include "runtime/host/strided_copy.h"
 
 namespace torch_tpu::runtime::host {
 namespace {
@@ -123,6 +124,29 @@ void sum_rows(const float* x, int64_t rows, int64_t cols, int64_t ld, float* out
   if (blocks > 1) combine_column_blocks(block_sums.data(), blocks, cols, out);
 }
 
+// sum_rows over a [rows, cols] value t of any strides (a broadcast view, `x.expand(n, m).sum(0)`),
+// each block's rows of a column chunk read through read_logical into a small buffer: the same
+// lanes add the same values in the same order, and t is never made contiguous.
+void sum_rows_strided(const at::Tensor& t, int64_t rows, int64_t cols, float* out) {
+  constexpr int64_t kChunk = 256;
+  const int64_t blocks = (rows + kColumnBlock - 1) / kColumnBlock, chunks = (cols + kChunk - 1) / kChunk;
+  std::vector<float> block_sums(blocks == 1 ? 0 : static_cast<size_t>(blocks * cols));
+  float* const sums = blocks == 1 ? out : block_sums.data();
+  parallel_units(rows * cols, blocks * chunks, kColumnBlock * std::min(cols, kChunk), [&](int64_t u0, int64_t u1) {
+    std::vector<float> lanes, block;
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u / chunks, c0 = (u % chunks) * kChunk, width = std::min(kChunk, cols - c0);
+      const int64_t first = b * kColumnBlock, n = std::min(kColumnBlock, rows - first);
+      block.resize(static_cast<size_t>(n * width));
+      for (int64_t r = 0; r < n; ++r) read_logical(t, (first + r) * cols + c0, width, block.data() + r * width);
+      lanes.assign(static_cast<size_t>(kLanes * width), 0.f);
+      add_rows(lanes.data(), width, 0, block.data(), width, n);
+      finish_lanes(lanes.data(), width, sums + b * cols + c0);
+    }
+  });
+  if (blocks > 1) combine_column_blocks(block_sums.data(), blocks, cols, out);
+}
+
 // Row-major [outer, cols, inner] memory (NCHW kept over C), inner a multiple of 8: column c's
 // rows are `outer` runs of `inner` contiguous values, so 8 consecutive rows are one vector
 // whose elements are the 8 lanes. Four columns at a time (named accumulators, in registers)
@@ -220,8 +244,7 @@ void column_sums(const at::Tensor& x, int k0, int k1, float* out) {
   const at::Tensor rows = x.permute(order);
   if (rows.is_contiguous()) return sum_rows(rows.const_data_ptr<float>(), outer * inner, cols, cols, out);
   if (x.is_contiguous() && inner % kLanes == 0) return sum_runs(x.const_data_ptr<float>(), outer, cols, inner, out);
-  const at::Tensor dense = rows.contiguous();
-  sum_rows(dense.const_data_ptr<float>(), outer * inner, cols, cols, out);
+  sum_rows_strided(rows, outer * inner, cols, out);
 }
 
 void ColumnLanes::reset(int64_t cols) {

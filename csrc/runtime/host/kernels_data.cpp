@@ -34,8 +34,10 @@ std::pair<int64_t, int64_t> index_range(const at::Tensor& index) {
   return {mn, mx};
 }
 
-// gather/scatter index range check: an index outside [0, n) is a user-visible IndexError.
-void check_index(const char* op, const at::Tensor& index, const at::Tensor& x, int64_t axis) {
+// gather/scatter index range check: an index outside [0, n) is a user-visible IndexError, or a
+// RuntimeError when the node says so (runtime_error: torch.gather and torch.scatter's type).
+void check_index(const char* op, const at::Tensor& index, const at::Tensor& x, int64_t axis,
+                 bool runtime_error = false) {
   if (index.numel() == 0) return;
   int64_t n = x.dim() == 0 ? 1 : x.size(axis);
   int64_t mn, mx;
@@ -48,6 +50,9 @@ void check_index(const char* op, const at::Tensor& index, const at::Tensor& x, i
   }
   int64_t bad = mn < 0 ? mn : mx;
   // No axis in the message: it is the IR op's, which lowerings may have moved from the user's dim.
+  if (runtime_error) {
+    TPU_CHECK(mn >= 0 && mx < n, op, ": index ", bad, " is out of bounds for a dimension with size ", n);
+  }
   TPU_CHECK_INDEX(mn >= 0 && mx < n, op, ": index ", bad, " is out of bounds for a dimension with size ", n);
 }
 
@@ -252,14 +257,15 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
     case OpKind::kGather: {
       int32_t idx = n.operands[1];
       int64_t axis = a.at(0);
-      return [x, idx, axis](const Values& v, at::Tensor* out) {
+      const bool rt = a.size() > 1 && a[1] == 1;  // out of range: RuntimeError (docs/ir.md)
+      return [x, idx, axis, rt](const Values& v, at::Tensor* out) {
         const at::Tensor& index = v[idx];
         // Row lookups (an embedding: one index per row, broadcast along the row) are
         // index_select of whole rows: the same values without reading the index per element.
         // [256, 64] rows of a [128, 64] table: 32 -> ~3 µs.
         if (axis == 0 && index.dim() == 2 && v[x].dim() == 2 && index.stride(1) == 0 && index.size(1) > 0) {
           const at::Tensor rows = view_of(index, {index.size(0)}, {index.stride(0)});
-          check_index("gather", rows, v[x], axis);
+          check_index("gather", rows, v[x], axis, rt);
           const at::Tensor& t = v[x];
           if (rows.scalar_type() == at::kLong && t.stride(1) == 1) {
             return gather_rows(t, rows, index.size(1), out);
@@ -267,7 +273,7 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
           const at::Tensor table = t.narrow(1, 0, index.size(1));
           return out ? at::index_select_out(*out, table, 0, rows) : at::index_select(table, 0, rows);
         }
-        check_index("gather", index, v[x], axis);
+        check_index("gather", index, v[x], axis, rt);
         // One element per row (cross entropy picking each row's target logit): a loop.
         if (axis == 1 && index.dim() == 2 && index.size(1) == 1 && v[x].dim() == 2 && index.size(0) == v[x].size(0) &&
             index.scalar_type() == at::kLong && v[x].scalar_type() == at::kFloat) {
@@ -280,9 +286,10 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
       int32_t idx = n.operands[1], upd = n.operands[2];
       int64_t axis = a.at(0);
       auto mode = static_cast<ir::ScatterMode>(a.at(1));
+      const bool rt = a.size() > 2 && a[2] == 1;  // out of range: RuntimeError (docs/ir.md)
       if (mode == ir::ScatterMode::kReplace) {
-        return [x, idx, upd, axis](const Values& v, at::Tensor*) {
-          check_index("scatter", v[idx], v[x], axis);
+        return [x, idx, upd, axis, rt](const Values& v, at::Tensor*) {
+          check_index("scatter", v[idx], v[x], axis, rt);
           return at::scatter(v[x], axis, v[idx], v[upd]);
         };
       }
@@ -291,7 +298,7 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
                            : mode == ir::ScatterMode::kMax ? "amax"
                                                            : "amin";
       const bool add = mode == ir::ScatterMode::kAdd;
-      return [x, idx, upd, axis, reduce, add](const Values& v, at::Tensor*) {
+      return [x, idx, upd, axis, reduce, add, rt](const Values& v, at::Tensor*) {
         const at::Tensor& index = v[idx];
         // Whole-row sums (an embedding's gradient: one index per row, broadcast along the row)
         // are index_add of rows: the same sums in the same (index) order, without reading the
@@ -299,14 +306,14 @@ Kernel make_data_kernel(const ir::Graph& g, int32_t id) {
         if (add && axis == 0 && index.dim() == 2 && v[x].dim() == 2 && index.stride(1) == 0 &&
             index.size(1) == v[x].size(1) && v[upd].sizes().equals(index.sizes())) {
           const at::Tensor rows = view_of(index, {index.size(0)}, {index.stride(0)});
-          check_index("scatter", rows, v[x], axis);
+          check_index("scatter", rows, v[x], axis, rt);
           if (rows.scalar_type() == at::kLong && v[x].scalar_type() == at::kFloat &&
               v[upd].scalar_type() == at::kFloat) {
             return add_rows_at(v[x], rows, v[upd]);
           }
           return v[x].index_add(0, rows, v[upd]);
         }
-        check_index("scatter", index, v[x], axis);
+        check_index("scatter", index, v[x], axis, rt);
         return at::scatter_reduce(v[x], axis, index, v[upd], reduce, /*include_self=*/true);
       };
     }

@@ -5,10 +5,12 @@
 // ulp of ATen's. The `_out` variants write straight into an output destination.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>
 #include <c10/util/TypeCast.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "common/check.h"
 #include "runtime/host/fusion.h"
@@ -184,6 +186,56 @@ at::Tensor shr_logical(const at::Tensor& a_in, const at::Tensor& b_in) {
   return out;
 }
 
+// Integer div (truncating) and rem (the dividend's sign, as fmod): CPU's
+// div(rounding_mode="trunc") and fmod, except at MIN / -1, where the hardware traps (ATen's CPU
+// division kernel dies of SIGFPE on int32 and int64): the quotient wraps to MIN, as CPU's floor
+// division and its int8/int16 kernels give, and the remainder is 0. A zero divisor raises ATen's
+// ZeroDivisionError. One pass over the operands as they lie (a broadcast divisor stays stride 0).
+template <typename T>
+T div_trunc_int(T a, T b) {
+  TORCH_CHECK(b != 0, "ZeroDivisionError");
+  if constexpr (std::is_signed_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    if (b == T(-1)) return static_cast<T>(U(0) - static_cast<U>(a));  // wraps: -MIN == MIN
+  }
+  return static_cast<T>(a / b);
+}
+
+template <typename T>
+T fmod_int(T a, T b) {
+  TORCH_CHECK(b != 0, "ZeroDivisionError");
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return T(0);
+  }
+  return static_cast<T>(a % b);
+}
+
+at::Tensor integer_division(OpKind kind, const at::Tensor& a, const at::Tensor& b, at::Tensor* out) {
+  at::Tensor result = out ? *out : at::Tensor();
+  at::TensorIterator iter = at::TensorIteratorConfig()
+                                .add_output(result)
+                                .add_const_input(a)
+                                .add_const_input(b)
+                                .build();
+  AT_DISPATCH_INTEGRAL_TYPES(iter.common_dtype(), "integer_division", [&] {
+    auto loop = [](auto fn) {
+      return [fn](char** data, const int64_t* strides, int64_t n) {
+        char *d = data[0], *pa = data[1], *pb = data[2];
+        for (int64_t i = 0; i < n; ++i, d += strides[0], pa += strides[1], pb += strides[2]) {
+          *reinterpret_cast<scalar_t*>(d) =
+              fn(*reinterpret_cast<const scalar_t*>(pa), *reinterpret_cast<const scalar_t*>(pb));
+        }
+      };
+    };
+    if (kind == OpKind::kDiv) {
+      iter.for_each(loop(div_trunc_int<scalar_t>));
+    } else {
+      iter.for_each(loop(fmod_int<scalar_t>));
+    }
+  });
+  return iter.output();
+}
+
 Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer, bool scalar_exponent) {
   switch (kind) {
     case OpKind::kAdd:
@@ -193,13 +245,14 @@ Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer, bool scala
     case OpKind::kMul:
       return BINARY_OUT(mul);
     case OpKind::kDiv:
-      if (integer) {  // truncating; x / 0 raises ZeroDivisionError inside ATen
-        return [x, y](const Values& v, at::Tensor* out) {
-          return out ? at::div_out(*out, v[x], v[y], "trunc") : at::div(v[x], v[y], "trunc");
-        };
+      if (integer) {  // truncating; x / 0 raises ZeroDivisionError
+        return [x, y](const Values& v, at::Tensor* out) { return integer_division(OpKind::kDiv, v[x], v[y], out); };
       }
       return BINARY_OUT(div);
     case OpKind::kRem:
+      if (integer) {  // x % 0 raises ZeroDivisionError
+        return [x, y](const Values& v, at::Tensor* out) { return integer_division(OpKind::kRem, v[x], v[y], out); };
+      }
       return BINARY_OUT(fmod);
     case OpKind::kPow:
       return [x, y, scalar_exponent](const Values& v, at::Tensor* out) {

@@ -5,12 +5,16 @@
 // (fusion.h, row_sums, total_sum and column_sums), so a sum gives the same bits fused or not.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "common/check.h"
 #include "runtime/host/column_sums.h"
 #include "runtime/host/fusion.h"
+#include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
+#include "runtime/host/strided_copy.h"
 
 namespace torch_tpu::runtime::host {
 namespace {
@@ -59,22 +63,57 @@ Kernel fixed_order_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x, 
   };
 }
 
+// total_sum over a strided t of m elements: its blocks of kSumBlock elements read through
+// read_logical, each summed as total_sum sums it, so the bits are those of total_sum over t
+// made contiguous.
+float strided_total_sum(const at::Tensor& t, int64_t m) {
+  const int64_t blocks = (m + kSumBlock - 1) / kSumBlock;
+  std::vector<float> sums(static_cast<size_t>(blocks));
+  parallel_units(m, blocks, kSumBlock, [&](int64_t b0, int64_t b1) {
+    std::vector<float> buf(static_cast<size_t>(kSumBlock));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t len = std::min(kSumBlock, m - b * kSumBlock);
+      read_logical(t, b * kSumBlock, len, buf.data());
+      row_sums(buf.data(), 1, len, &sums[static_cast<size_t>(b)]);
+    }
+  });
+  return total_sum(sums.data(), blocks);
+}
+
 // A float32 sum over the trailing dims (row_reduce_lead_rank admits it), or over every dim of
 // more elements than a row holds (is_total_sum), running outside a cluster, e.g. in strict mode
 // or over a value no cluster holds: each row is summed by row_sums, the function a row
 // cluster's sum uses (a total sum by total_sum, as a cluster ending in it does), in the rows'
-// logical (row-major) order whatever the operand's strides. Rows split across ATen's intra-op
-// threads (a total sum's blocks: total_sum); a result does not depend on the split.
+// logical (row-major) order whatever the operand's strides (a strided operand is read in
+// pieces, read_logical). Rows split across ATen's intra-op threads (a total sum's blocks:
+// total_sum); a result does not depend on the split.
 Kernel row_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
-  const int64_t rows = c10::multiply_integers(n.shape), m = c10::multiply_integers(xn.shape) / rows;
+  const int64_t rows = c10::multiply_integers(n.shape);
+  const int64_t m = rows == 0 ? 0 : c10::multiply_integers(xn.shape) / rows;
   return fixed_order_sum_kernel(n, xn, x, [rows, m](const at::Tensor& t, float* pr) {
-    const at::Tensor dense = t.contiguous();
-    const float* px = dense.const_data_ptr<float>();
+    if (rows == 0) return;
+    const int64_t grain = std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(m, 1));
+    if (!t.is_contiguous()) {
+      if (m > kMaxRow) {
+        pr[0] = strided_total_sum(t, m);
+        return;
+      }
+      at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+        const int64_t chunk = std::max<int64_t>(1, kSumBlock * 16 / std::max<int64_t>(m, 1));  // rows per read
+        std::vector<float> buf(static_cast<size_t>(std::min(chunk, r1 - r0) * m));
+        for (int64_t r = r0; r < r1; r += chunk) {
+          const int64_t k = std::min(chunk, r1 - r);
+          read_logical(t, r * m, k * m, buf.data());
+          row_sums(buf.data(), k, m, pr + r);
+        }
+      });
+      return;
+    }
+    const float* px = t.const_data_ptr<float>();
     if (m > kMaxRow) {  // one row: a total sum
       pr[0] = total_sum(px, m);
     } else {
-      at::parallel_for(0, rows, std::max<int64_t>(1, at::internal::GRAIN_SIZE / m),
-                       [&](int64_t r0, int64_t r1) { row_sums(px + r0 * m, r1 - r0, m, pr + r0); });
+      at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) { row_sums(px + r0 * m, r1 - r0, m, pr + r0); });
     }
   });
 }

@@ -114,4 +114,42 @@ at::Tensor reshaped_copy(const at::Tensor& src, c10::IntArrayRef shape) {
   return out;
 }
 
+void read_logical(const at::Tensor& t, int64_t pos, int64_t n, float* dst) {
+  const float* base = t.const_data_ptr<float>();
+  const int64_t rank = t.dim();
+  if (rank == 0) {
+    std::fill_n(dst, n, base[0]);
+    return;
+  }
+  const c10::IntArrayRef sizes = t.sizes(), strides = t.strides();
+  c10::SmallVector<int64_t, 8> idx(static_cast<size_t>(rank));
+  int64_t off = 0;
+  for (int64_t d = rank - 1, p = pos; d >= 0; --d) {
+    idx[d] = p % sizes[d];
+    p /= sizes[d];
+    off += idx[d] * strides[d];
+  }
+  const int64_t last = sizes[rank - 1], step = strides[rank - 1];
+  while (n > 0) {
+    const int64_t run = std::min(n, last - idx[rank - 1]);
+    const float* src = base + off;
+    if (step == 1) {
+      std::memcpy(dst, src, static_cast<size_t>(run) * sizeof(float));
+    } else if (step == 0) {
+      std::fill_n(dst, run, src[0]);
+    } else {
+      for (int64_t i = 0; i < run; ++i) dst[i] = src[i * step];
+    }
+    dst += run;
+    n -= run;
+    idx[rank - 1] += run;
+    off += run * step;
+    for (int64_t d = rank - 1; d > 0 && idx[d] == sizes[d]; --d) {  // carry into the outer dims
+      off += strides[d - 1] - sizes[d] * strides[d];
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
 }  // namespace torch_tpu::runtime::host

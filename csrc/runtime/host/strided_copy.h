@@ -30,4 +30,10 @@ c10::SmallVector<int64_t, 8> row_major_strides(c10::IntArrayRef sizes);
 // order: a reshape that cannot view src.
 at::Tensor reshaped_copy(const at::Tensor& src, c10::IntArrayRef shape);
 
+// Copies elements [pos, pos + n) of t (float32, any strides, pos + n <= numel) in logical
+// (row-major) order into dst. Sums over a strided operand read it in pieces through this
+// instead of making it contiguous: a broadcast (stride-0) view, `x.expand(2**29).sum()`, would
+// otherwise be materialized at its full size (2 GiB), outside the device memory cap.
+void read_logical(const at::Tensor& t, int64_t pos, int64_t n, float* dst);
+
 }  // namespace torch_tpu::runtime::host
