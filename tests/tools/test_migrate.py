@@ -210,3 +210,11 @@ def test_no_tpu_equivalent_is_report_only() -> None:
     kinds = {(f.line, f.kind, f.rewritable) for f in r.findings}
     assert kinds == {(2, "torch-cuda", False), (3, "cuda-amp", False)}
     assert r.rewritten == r.original
+
+
+def test_default_device_and_map_location() -> None:
+    src = "import torch\ntorch.set_default_device('cuda')\nsd = torch.load('m.pt', map_location=\"cuda:0\")\n"
+    r = migrate.migrate_source(src)
+    assert r.rewritten.splitlines()[2:] == ["torch.set_default_device('tpu')",
+                                            "sd = torch.load('m.pt', map_location=\"tpu:0\")"]
+    assert [(f.line, f.col, f.kind) for f in r.findings] == [(2, 26, "device-string"), (3, 38, "device-string")]

@@ -2,10 +2,11 @@
 
 Finds CUDA device usage with Python's ``ast`` and, with ``--write``, rewrites it by editing the
 source text at the nodes' positions, so formatting and comments stay as they were. Only
-expressions in a device position are touched: the argument of ``torch.device``, ``.to``,
-``device=``/``device_type=``/``pin_memory_device=`` keywords, autocast/GradScaler device
-arguments, values assigned to a name containing "device", ``.cuda()``/``.is_cuda``,
-``torch.cuda.*`` references and ``"nccl"`` process-group backends. A ``"cuda"`` string anywhere
+expressions in a device position are touched: the argument of ``torch.device``, ``.to`` and
+``torch.set_default_device``, ``device=``/``device_type=``/``pin_memory_device=``/
+``map_location=`` keywords, autocast/GradScaler device arguments, values assigned to a name
+containing "device", ``.cuda()``/``.is_cuda``, ``torch.cuda.*`` references and ``"nccl"``
+process-group backends. A ``"cuda"`` string anywhere
 else (a print, a dict key, a comment, a docstring) is left alone.
 
 Replacements prefer ``torch.accelerator`` where PyTorch has the API (is_available,
@@ -276,6 +277,8 @@ class _Finder(ast.NodeVisitor):
         q = self.qualname(node.func)
         func = node.func
         kw = {k.arg: k.value for k in node.keywords if k.arg}
+        if q == "torch.set_default_device" and node.args:
+            self.device_value(node.args[0], "in torch.set_default_device()")
         if q == "torch.device":
             self.device_value(node.args[0] if node.args else kw.get("type"), "in torch.device()")
         if isinstance(func, ast.Attribute) and func.attr == "to":
@@ -285,7 +288,7 @@ class _Finder(ast.NodeVisitor):
             line, col = self.src.end(func)
             edit = Edit((line, col - len("cuda")), (line, col), "tpu")
             self.add(func, "dot-cuda", ".cuda() moves to the CUDA device", ".tpu()", [edit], at=edit.start)
-        for name in ("device", "pin_memory_device", "device_type"):
+        for name in ("device", "pin_memory_device", "device_type", "map_location"):
             self.device_value(kw.get(name), f"as {name}=")
         if q in ("torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler",
                  "torch.amp.autocast_mode.autocast", "torch.amp.grad_scaler.GradScaler") and node.args:
