@@ -120,7 +120,7 @@ def test_write_leaves_no_cuda_device_usage(migrated: tuple[Path, str]) -> None:
     assert 'device = f"tpu:{local_rank}"' in ddp
     sel = (work / "device_select.py").read_text()
     assert 'fallback_device = "tpu" if torch.accelerator.is_available() else "cpu"' in sel
-    assert 'pin_memory_device="tpu"' in sel and "batch.is_tpu" in sel
+    assert "pin_memory_device" not in sel and "batch_size=4, pin_memory=True)\n" in sel and "batch.is_tpu" in sel
 
 
 def test_write_is_idempotent(migrated: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:

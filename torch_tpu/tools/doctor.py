@@ -234,7 +234,8 @@ def _env_section(tpu_c: ModuleType | None, problems: list[dict]) -> list[dict[st
 
 def report() -> dict[str, Any]:
     """The environment report as a dict: ``python``, ``torch``, ``torch_tpu`` (version, path,
-    extension, built_against, import_error), ``runtime`` (selected, requested, why), ``pjrt``
+    extension, built_against: the torch version the extension was compiled with, or None when
+    it cannot be told, import_error), ``runtime`` (selected, requested, why), ``pjrt``
     (plugin_env, candidates, discovered, plugin, found, lookup_error, active), ``devices`` (count
     and per device index, name, free/total bytes), ``cache`` (configured directory and its source,
     exists/owner/mode, enabled, the disk tier's stats), ``compiler`` (cxx, path, version,
@@ -253,7 +254,7 @@ def report() -> dict[str, Any]:
     pkg = {"version": getattr(tpu, "__version__", None),
            "path": str(Path(tpu.__file__).parent) if tpu else None,
            "extension": getattr(tpu_c, "__file__", None),
-           "built_against": built_against or "unknown (read from the disk cache's directory name; the tier is off)",
+           "built_against": built_against,
            "import_error": import_error}
     if built_against and _base_version(built_against) != _base_version(torch.__version__):
         _problem(problems, "error", f"the extension was built against torch {built_against}, this is torch "
@@ -293,9 +294,10 @@ def format_report(r: dict[str, Any]) -> str:
     lines = [
         f"python      {r['python']['version']} ({r['python']['executable']})",
         f"torch       {r['torch']['version']} ({r['torch']['path']})",
-        f"torch_tpu   {t['version']} ({t['path']})",
+        f"torch_tpu   {t['version']} ({t['path']})" if t["version"] else "torch_tpu   (import failed)",
         f"  extension {t['extension']}",
-        f"  built against torch {t['built_against']}",
+        "  built against torch " + (t["built_against"] or "unknown (read from the program cache's directory "
+                                    "name, which needs the disk tier and a working import)"),
     ]
     if t["import_error"]:
         lines.append(f"  import FAILED: {t['import_error']}")

@@ -288,8 +288,9 @@ class _Finder(ast.NodeVisitor):
             line, col = self.src.end(func)
             edit = Edit((line, col - len("cuda")), (line, col), "tpu")
             self.add(func, "dot-cuda", ".cuda() moves to the CUDA device", ".tpu()", [edit], at=edit.start)
-        for name in ("device", "pin_memory_device", "device_type", "map_location"):
+        for name in ("device", "device_type", "map_location"):
             self.device_value(kw.get(name), f"as {name}=")
+        self.pin_memory_device(node)
         if q in ("torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler",
                  "torch.amp.autocast_mode.autocast", "torch.amp.grad_scaler.GradScaler") and node.args:
             self.device_value(node.args[0], f"as the device of {q.rsplit('.', 1)[1]}")
@@ -303,6 +304,23 @@ class _Finder(ast.NodeVisitor):
                 isinstance(a, ast.Constant) and isinstance(a.value, str) and "device" in a.value for a in node.args):
             self.device_value(kw.get("default"), "as the default of a device option")
         self.generic_visit(node)
+
+    def pin_memory_device(self, node: ast.Call) -> None:
+        """DataLoader(..., pin_memory_device="cuda"): the keyword is deprecated (torch 2.13 warns and
+        pins for the current accelerator, which pin_memory=True does), so the rewrite deletes it,
+        with the comma before it."""
+        ks = [k for k in node.keywords if k.arg == "pin_memory_device"]
+        if not ks:
+            return
+        k = ks[0]
+        v = k.value
+        if not (isinstance(v, ast.Constant) and isinstance(v.value, str) and _DEVICE_RE.match(v.value)):
+            return
+        before = [self.src.end(a) for a in [*node.args, *node.keywords]
+                  if self.src.offset(self.src.end(a)) <= self.src.offset(self.src.start(k))]
+        edits = [Edit(max(before, key=self.src.offset), self.src.end(k), "")] if before else []
+        self.add(v, "device-string", f"pin_memory_device={self.src.segment(v)} (deprecated: pins for the "
+                 "current accelerator)", "delete it: pin_memory=True pins for the tpu", edits)
 
     def is_torch_module(self, node: ast.AST) -> bool:
         q = self.qualname(node)
