@@ -218,3 +218,13 @@ def test_default_device_and_map_location() -> None:
     assert r.rewritten.splitlines()[2:] == ["torch.set_default_device('tpu')",
                                             "sd = torch.load('m.pt', map_location=\"tpu:0\")"]
     assert [(f.line, f.col, f.kind) for f in r.findings] == [(2, 26, "device-string"), (3, 38, "device-string")]
+
+
+def test_import_added_where_the_file_has_no_torch_import_or_final_newline() -> None:
+    r = migrate.migrate_source('"""Doc."""\nfrom __future__ import annotations\nm = make().cuda()\n')
+    assert r.rewritten == ('"""Doc."""\nfrom __future__ import annotations\n'
+                           'import torch_tpu  # noqa: F401  registers the "tpu" device\nm = make().tpu()\n')
+    r = migrate.migrate_source("import torch")
+    assert r.rewritten == "import torch" and not r.findings
+    r = migrate.migrate_source("x.cuda(); import torch")
+    assert r.rewritten == 'x.tpu(); import torch\nimport torch_tpu  # noqa: F401  registers the "tpu" device'

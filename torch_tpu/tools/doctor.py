@@ -309,20 +309,24 @@ def format_report(r: dict[str, Any]) -> str:
     lines.append(f"  looks for {', '.join(pj['candidates'])} in each sys.path directory; "
                  f"TORCH_TPU_PJRT_PLUGIN={pj['plugin_env'] or '(unset)'}")
     d = r["devices"]
-    lines.append(f"devices     {d['count'] if d['count'] is not None else '(unknown: torch_tpu did not import)'}")
+    count = d["count"] if d["count"] is not None else "(unknown: torch_tpu did not import)"
+    lines.append(f"devices     {count}")
     for dev in d["devices"]:
-        lines.append(f"  tpu:{dev['index']}     {dev['name']}: {_gib(dev['free_bytes'])} free of {_gib(dev['total_bytes'])}")
+        lines.append(f"  tpu:{dev['index']}     {dev['name']}: "
+                     f"{_gib(dev['free_bytes'])} free of {_gib(dev['total_bytes'])}")
     if c["disabled_by_config"]:
         lines.append(f"cache       off ({c['source']})")
     else:
-        where = (f"owner {c['owner']}, mode {c['mode']}" if c["exists"] else "does not exist yet (created on first use)")
+        where = (f"owner {c['owner']}, mode {c['mode']}" if c["exists"]
+                 else "does not exist yet (created on first use)")
         state = {True: "enabled", False: "DISABLED", None: "unknown"}[c["enabled"]]
         lines.append(f"cache       {c['configured']} ({c['source']}): {where}; disk tier {state}")
         if c["stats"] and c["stats"]["enabled"]:
             s = c["stats"]
             lines.append(f"  entries   {s['directory']}: {s['bytes']} bytes of {s['max_bytes']}")
     lines.append(f"compiler    {cx['cxx']} ({cx['source']}): {cx['path'] or 'NOT FOUND on PATH'}"
-                 + (f", {cx['version']}" if cx["version"] else "") + f"; TORCH_TPU_NATIVE_KERNELS={cx['native_kernels']}")
+                 + (f", {cx['version']}" if cx["version"] else "")
+                 + f"; TORCH_TPU_NATIVE_KERNELS={cx['native_kernels']}")
     lines.append(f"variables   {len(r['env'])} set")
     for v in r["env"]:
         mark = "" if v["known"] is not False else "   <- UNKNOWN"

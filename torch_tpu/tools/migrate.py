@@ -467,8 +467,8 @@ def _import_edit(src: _Source, tree: ast.Module) -> Edit | None:
                 after = node
     line = after.end_lineno + 1 if after is not None else 1
     if line > len(src.starts):  # the statement ends the file without a newline
-        return Edit((after.end_lineno, len(src.line(after.end_lineno))), (after.end_lineno, len(src.line(after.end_lineno))),
-                    "\nimport torch_tpu  # noqa: F401  registers the \"tpu\" device")
+        end = (after.end_lineno, len(src.line(after.end_lineno)))
+        return Edit(end, end, "\nimport torch_tpu  # noqa: F401  registers the \"tpu\" device")
     return Edit((line, 0), (line, 0), "import torch_tpu  # noqa: F401  registers the \"tpu\" device\n")
 
 
