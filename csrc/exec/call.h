@@ -59,6 +59,9 @@ struct OpInfo {
   // fill_ reads its 0-d value before writing (ATen clones it when it aliases the target), so
   // `x.fill_(x[2])` and `x[0:1] = x[0]` are no partial overlap.
   bool value_read_first = false;
+  // fill_ and zero_ may write a tensor whose elements share memory (an expanded one), as on CPU;
+  // every other op raises CPU's internal-overlap error for such a written tensor.
+  bool writes_overlapping = false;
   // The result depends on whether a tensor argument is contiguous: ATen's det and slogdet
   // factorize A^T when A is contiguous, and their backward reads that factorization.
   bool keys_contiguity = false;

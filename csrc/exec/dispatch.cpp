@@ -111,6 +111,7 @@ OpInfo& op_info_locked(const c10::OperatorHandle& op) {
   }
   if (name.rfind("aten::_foreach_", 0) == 0) info->layout = OutputLayout::kPerListElement;
   info->value_read_first = name == "aten::fill_" || name == "aten::fill";
+  info->writes_overlapping = info->value_read_first || name == "aten::zero_";
   info->keys_contiguity = name == "aten::_linalg_det" || name == "aten::_linalg_slogdet";
   if (name.find("3d") != std::string::npos) info->layout_min_rank = 5;
   if (name.find("adaptive_avg_pool3d") != std::string::npos) info->layout = OutputLayout::kContiguous;
@@ -508,6 +509,7 @@ void resize_out(at::Tensor& t, const std::vector<int64_t>& node_shape, const OpI
 // call of a 3-list op over 200 parameters.
 void check_no_partial_overlap(const at::Tensor& written, int32_t target, const CallState& st, const OpInfo& info) {
   if (written.numel() == 0) return;
+  if (!info.writes_overlapping) at::assert_no_internal_overlap(written);
   const c10::StorageImpl* storage = written.storage().unsafeGetStorageImpl();
   auto check = [&](const at::Tensor& t) {
     if (!t.defined() || t.storage().unsafeGetStorageImpl() != storage || t.is_same(written) ||

@@ -382,7 +382,10 @@ class NativeCompiler {
       const bool written = write_all(fd, bytes.data(), bytes.size());
       if (written && ::access("/proc/self/fd", X_OK) == 0) {
         open_lib("/proc/self/fd/" + std::to_string(fd));
-        ::close(fd);  // a loaded library stays mapped
+        // A loaded library stays open (kernels live for the process) and so does its fd: the
+        // loader knows a library by its path, so a later kernel given this fd's number again
+        // would be taken for this one, and its symbol found missing.
+        if (handle == nullptr) ::close(fd);
         return handle;
       }
       ::close(fd);
