@@ -25,7 +25,8 @@
 // ranks, batch_isend_irecv) from deadlocking on a serial queue.
 // Errors (a peer that died, Gloo's timeout) complete the work with a DistBackendError naming the
 // collective, rank, local tensors and likely cause; wait() rethrows it on the caller's thread. No
-// exception escapes onto a backend or transport thread (docs/distributed.md, "Faults").
+// exception from this backend escapes onto its or the transport's threads (Gloo's own socket thread
+// can still abort on mismatched sizes: docs/distributed.md, "Faults").
 //
 // Thread safety: the c10d entry points may be called from any thread (autograd threads run DDP's
 // hooks); the queues are locked. TpuWork::wait blocks the calling thread (docs/distributed.md,
