@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "common/check.h"
@@ -69,20 +70,83 @@ std::function<void()> avg_as_sum(c10d::ReduceOp& op, const std::vector<at::Tenso
   };
 }
 
-// A DistBackendError naming the collective and rank, with the transport's message.
-std::exception_ptr describe_error(const char* title, std::exception_ptr error, int rank, int size) {
-  std::string what = "unknown error";
-  try {
-    std::rethrow_exception(error);
-  } catch (const c10::Error& e) {
-    what = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    what = e.what();
-  } catch (...) {
+// The local operands of a failed collective, e.g. "tpu:0 Float [4], tpu:0 Float [8]".
+std::string describe_operands(const std::vector<at::Tensor>& ts) {
+  std::string out;
+  for (const auto& t : ts) {
+    if (!out.empty()) out += ", ";
+    out += t.defined() ? c10::str(t.device(), " ", t.scalar_type(), " ", t.sizes()) : std::string("undefined");
   }
-  return std::make_exception_ptr(
-      c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                            c10::str("torch_tpu: ", title, " failed on rank ", rank, " of ", size, ": ", what)));
+  return out.empty() ? std::string("none") : out;
+}
+
+// What a transport error most likely means, for the message (docs/distributed.md, "Faults").
+const char* likely_cause(const std::string& what) {
+  if (what.find("size doesn't match") != std::string::npos)
+    return "the ranks passed tensors of different sizes or dtypes to this collective";
+  if (what.find("reset by peer") != std::string::npos || what.find("closed by peer") != std::string::npos ||
+      what.find("Socket closed") != std::string::npos || what.find("Broken pipe") != std::string::npos)
+    return "a peer process exited or crashed; if no peer was killed, the ranks likely passed tensors of different "
+           "sizes or dtypes to this collective (Gloo aborts the rank that receives more bytes than its tensor "
+           "holds); TORCH_DISTRIBUTED_DEBUG=DETAIL checks shapes and dtypes on every rank before each collective "
+           "and raises instead";
+  if (what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos)
+    return "a peer did not join this collective within the process group's timeout (it hangs, called a different "
+           "collective, or passed tensors of different sizes)";
+  return nullptr;
+}
+
+// ReduceOp.PREMUL_SUM (FSDP2's gradient divide factor; torch.distributed._make_nccl_premul_sum) is
+// not a Gloo op: `op` becomes SUM and the returned factor scales each rank's contribution before
+// the sum (scale-then-sum, as AVG is sum-then-divide). nullopt for any other op.
+std::optional<double> premul_as_sum(c10d::ReduceOp& op, const std::vector<at::Tensor>& checked, const char* name) {
+  if (!(op == c10d::ReduceOp::PREMUL_SUM)) return std::nullopt;
+  for (const auto& t : checked) {
+    TPU_CHECK_VALUE(at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()), name,
+                    ": ReduceOp.PREMUL_SUM needs a floating-point dtype, got ", t.scalar_type());
+  }
+  const auto* supplement = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TPU_CHECK_VALUE(supplement != nullptr, name,
+                  ": ReduceOp.PREMUL_SUM without a factor; make it with torch.distributed._make_nccl_premul_sum");
+  // A tensor factor is read once here, on the calling thread (a one-element tensor).
+  double factor = supplement->tensor_factor.defined() ? supplement->tensor_factor.item<double>()
+                                                      : supplement->double_factor;
+  op = c10d::ReduceOp(c10d::ReduceOp::SUM);
+  return factor;
+}
+
+// Scaled copies of `inputs` for PREMUL_SUM, made when the collective starts (the producers have
+// run); the caller's inputs are not modified.
+std::vector<at::Tensor> scaled(const std::vector<at::Tensor>& inputs, std::optional<double> factor) {
+  if (!factor) return inputs;
+  std::vector<at::Tensor> out;
+  out.reserve(inputs.size());
+  for (const auto& t : inputs) out.push_back(t * *factor);
+  return out;
+}
+
+// A DistBackendError naming the collective, rank and local tensors, with the transport's message
+// and the likely cause. Never throws: it runs on the transport's and the backend's threads.
+std::exception_ptr describe_error(const char* title, std::exception_ptr error, int rank, int size,
+                                  const std::vector<at::Tensor>& operands) noexcept {
+  try {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(error);
+    } catch (const c10::Error& e) {
+      what = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    const char* cause = likely_cause(what);
+    return std::make_exception_ptr(c10::DistBackendError(
+        {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        c10::str("torch_tpu: ", title, " failed on rank ", rank, " of ", size, " (local tensors: ",
+                 describe_operands(operands), "): ", what, cause ? c10::str(". Likely cause: ", cause) : "")));
+  } catch (...) {
+    return error;  // out of memory while describing it: the transport's error as it is
+  }
 }
 
 // Gloo's send/recv works have no Future, and a coalesced job's works are TpuWorks of this
@@ -97,22 +161,36 @@ bool completes_by_future(c10d::OpType type) {
 // ---------------------------------------------------------------------------------------------
 // TpuWork
 
-TpuWork::TpuWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> result)
+TpuWork::TpuWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> result,
+                 std::vector<at::Tensor> operands)
     : c10d::Work(rank, type, title),
+      title_(title),
       result_(std::move(result)),
+      operands_(std::move(operands)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())) {}
 
 std::vector<at::Tensor> TpuWork::result() { return result_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> TpuWork::getFuture() { return future_; }
 
-void TpuWork::complete(std::exception_ptr error) {
-  finish(error);  // wait() returns (or rethrows) from here on
-  // Future callbacks (DDP comm hooks) run inline here, on the completion thread.
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(result_));
+void TpuWork::complete(std::exception_ptr error) noexcept {
+  try {
+    finish(error);  // wait() returns (or rethrows) from here on
+  } catch (...) {
+  }
+  // Future callbacks (DDP comm hooks) run inline here, on the transport's or the completion
+  // thread: one that throws must not escape onto that thread (std::terminate), so it is reported
+  // and dropped; the work itself has completed.
+  try {
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(result_));
+    }
+  } catch (const std::exception& e) {
+    TORCH_WARN("torch_tpu: a callback on the Future of a ", title_, " work threw: ", e.what());
+  } catch (...) {
+    TORCH_WARN("torch_tpu: a callback on a collective work's Future threw a non-standard exception");
   }
 }
 
@@ -193,7 +271,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
     for (void* e : events) device::event_destroy(e);
     throw;
   }
-  auto work = c10::make_intrusive<TpuWork>(getRank(), type, title, std::move(result));
+  auto work = c10::make_intrusive<TpuWork>(getRank(), type, title, std::move(result), tensors);
+  ++sequence_number_;
   IssueJob job{std::move(events), std::move(start), std::move(finish), work, title, type};
   bool issue_here = false;
   {
@@ -233,7 +312,7 @@ void TpuBackend::issue(IssueJob& job) {
   for (void* e : job.events) device::event_destroy(e);
   job.events.clear();
   if (error) {
-    job.work->complete(describe_error(job.title, error, getRank(), getSize()));
+    job.work->complete(describe_error(job.title, error, getRank(), getSize(), job.work->operands()));
     return;
   }
   complete_when_done({std::move(works), std::move(job.finish), std::move(job.work), job.title, job.type});
@@ -257,7 +336,7 @@ void TpuBackend::complete_when_done(CompletionJob job) {
         if (f.hasError()) std::rethrow_exception(f.exception_ptr());
         if (finish) finish();
       } catch (...) {
-        error = describe_error(title, std::current_exception(), rank, size);
+        error = describe_error(title, std::current_exception(), rank, size, work->operands());
       }
       work->complete(error);
     });
@@ -304,7 +383,7 @@ void TpuBackend::completion_loop() {
       for (auto& w : job.transport_works) w->wait();
       if (job.finish) job.finish();
     } catch (...) {
-      error = describe_error(job.title, std::current_exception(), getRank(), getSize());
+      error = describe_error(job.title, std::current_exception(), getRank(), getSize(), job.work->operands());
     }
     job.work->complete(error);
   }
@@ -350,9 +429,16 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce(std::vector<at::Tensor>& te
   auto a = host_aliases(tensors);
   auto o = opts;
   Finish finish = avg_as_sum(o.reduceOp, tensors, a, getSize(), "all_reduce");
+  auto premul = premul_as_sum(o.reduceOp, tensors, "all_reduce");
   return launch(
       c10d::OpType::ALLREDUCE, "all_reduce", tensors, tensors,
-      [this, a, o]() mutable { return Works{transport_->allreduce(a, o)}; }, std::move(finish));
+      [this, a, o, premul]() mutable {
+        if (premul) {
+          for (auto& t : a) t.mul_(*premul);  // in place: the result overwrites it anyway
+        }
+        return Works{transport_->allreduce(a, o)};
+      },
+      std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -360,14 +446,24 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(std::vector<at::T
   auto a = host_aliases(tensors);
   auto o = opts;
   Finish finish = avg_as_sum(o.reduceOp, tensors, a, getSize(), "all_reduce_coalesced");
+  auto premul = premul_as_sum(o.reduceOp, tensors, "all_reduce_coalesced");
   return launch(
       c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, tensors,
-      [this, a, o]() mutable { return Works{transport_->allreduce_coalesced(a, o)}; }, std::move(finish));
+      [this, a, o, premul]() mutable {
+        if (premul) {
+          for (auto& t : a) t.mul_(*premul);
+        }
+        return Works{transport_->allreduce_coalesced(a, o)};
+      },
+      std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   auto a = host_aliases(tensors);
   auto o = opts;
+  TPU_CHECK_VALUE(!(o.reduceOp == c10d::ReduceOp::PREMUL_SUM),
+                  "reduce: ReduceOp.PREMUL_SUM is supported by all_reduce and reduce_scatter on the tpu backend, not "
+                  "by reduce (scale the tensor, then reduce with ReduceOp.SUM)");
   // Only the root receives the sum, so only the root divides.
   Finish finish =
       avg_as_sum(o.reduceOp, tensors, getRank() == opts.rootRank ? a : std::vector<at::Tensor>{}, getSize(), "reduce");
@@ -446,11 +542,17 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter(std::vector<at::Tensor
   auto ai = host_aliases(inputs);
   auto o = opts;
   Finish finish = avg_as_sum(o.reduceOp, outputs, ao, getSize(), "reduce_scatter");
+  auto premul = premul_as_sum(o.reduceOp, outputs, "reduce_scatter");
   auto all = flatten(inputs);
   all.insert(all.end(), outputs.begin(), outputs.end());
   return launch(
       c10d::OpType::REDUCE_SCATTER, "reduce_scatter", all, outputs,
-      [this, ao, ai, o]() mutable { return Works{transport_->reduce_scatter(ao, ai, o)}; }, std::move(finish));
+      [this, ao, ai, o, premul]() mutable {
+        std::vector<std::vector<at::Tensor>> in;
+        for (const auto& l : ai) in.push_back(scaled(l, premul));
+        return Works{transport_->reduce_scatter(ao, in, o)};
+      },
+      std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -459,9 +561,14 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::_reduce_scatter_base(at::Tensor& outp
   auto ai = host_alias(input);
   auto o = opts;
   Finish finish = avg_as_sum(o.reduceOp, {output}, {ao}, getSize(), "reduce_scatter_tensor");
+  auto premul = premul_as_sum(o.reduceOp, {output}, "reduce_scatter_tensor");
   return launch(
       c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output, input}, {output},
-      [this, ao, ai, o]() mutable { return Works{transport_->_reduce_scatter_base(ao, ai, o)}; }, std::move(finish));
+      [this, ao, ai, o, premul]() mutable {
+        auto in = premul ? ai * *premul : ai;
+        return Works{transport_->_reduce_scatter_base(ao, in, o)};
+      },
+      std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -471,11 +578,15 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(std::
   auto ai = host_aliases(inputs);
   auto o = opts;
   Finish finish = avg_as_sum(o.reduceOp, outputs, ao, getSize(), "reduce_scatter_tensor_coalesced");
+  auto premul = premul_as_sum(o.reduceOp, outputs, "reduce_scatter_tensor_coalesced");
   auto all = outputs;
   all.insert(all.end(), inputs.begin(), inputs.end());
   return launch(
       c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", all, outputs,
-      [this, ao, ai, o]() mutable { return Works{transport_->reduce_scatter_tensor_coalesced(ao, ai, o)}; },
+      [this, ao, ai, o, premul]() mutable {
+        auto in = scaled(ai, premul);
+        return Works{transport_->reduce_scatter_tensor_coalesced(ao, in, o)};
+      },
       std::move(finish));
 }
 

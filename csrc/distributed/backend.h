@@ -24,13 +24,16 @@
 // Separate issue and completion paths keep point-to-point patterns (irecv before isend on both
 // ranks, batch_isend_irecv) from deadlocking on a serial queue.
 // Errors (a peer that died, Gloo's timeout) complete the work with a DistBackendError naming the
-// collective and rank; wait() rethrows it on the caller's thread.
+// collective, rank, local tensors and likely cause; wait() rethrows it on the caller's thread. No
+// exception from this backend escapes onto its or the transport's threads (Gloo's own socket thread
+// can still abort on mismatched sizes: docs/distributed.md, "Faults").
 //
 // Thread safety: the c10d entry points may be called from any thread (autograd threads run DDP's
 // hooks); the queues are locked. TpuWork::wait blocks the calling thread (docs/distributed.md,
 // "Work.wait()", says why not the stream).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -45,16 +48,22 @@ namespace torch_tpu::distributed {
 // isCompleted(), exception() are the base class's (mutex + condition variable).
 class TpuWork final : public c10d::Work {
  public:
-  TpuWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> result);
+  // `operands` are every tensor the collective reads or writes (named in its error message).
+  TpuWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> result,
+          std::vector<at::Tensor> operands);
   // The tensors the collective produced (tpu tensors, as the caller passed them).
   std::vector<at::Tensor> result() override;
   // Completed with result() when the work finishes, or with its error.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  // Called once by the backend's completion thread (or the issue thread on a start error).
-  void complete(std::exception_ptr error);
+  const std::vector<at::Tensor>& operands() const { return operands_; }
+  // Called once, on the transport's thread (Future callback), the completion thread, or the
+  // issuing thread on a start error. Never throws: an exception from a Future callback is
+  // reported as a warning instead of escaping onto that thread.
+  void complete(std::exception_ptr error) noexcept;
 
  private:
-  std::vector<at::Tensor> result_;
+  const char* title_;
+  std::vector<at::Tensor> result_, operands_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -72,6 +81,10 @@ class TpuBackend final : public c10d::Backend {
   void setTimeout(std::chrono::milliseconds timeout) override;
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  // A per-backend count of collectives, in issue order (ProcessGroupWrapper's fingerprints, under
+  // TORCH_DISTRIBUTED_DEBUG=DETAIL, compare it across ranks). Every rank starts at 0.
+  void setSequenceNumberForGroup() override { sequence_number_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return sequence_number_; }
   // The transport connected when it was created; nothing to do.
   void eagerConnectSingleDevice(at::Device device) override {}
 
@@ -162,6 +175,7 @@ class TpuBackend final : public c10d::Backend {
   bool issue_done_ = false;  // then the completion thread does
   bool issuing_ = false;     // a job is being issued (by the issue thread or a caller's fast path)
   bool coalescing_ = false;
+  std::atomic<uint64_t> sequence_number_{0};
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   std::thread issue_thread_, completion_thread_;
 };

@@ -7,6 +7,11 @@ to stdout when it finishes the scenario:
   thread 1.5 s in, in the middle of a collective; rank 0 reports the exception its loop ended
   with and how long after the kill it came;
 - mismatch: rank 0 all_reduces 4 elements, rank 1 5 elements; each reports what it got;
+- mismatch_dtype: both all_reduce 4 elements, rank 0 float32, rank 1 int32 (the same bytes);
+- mismatch_gather: all_gather_into_tensor with 4 + rank input elements (each rank's output is
+  consistent with its own input);
+- premul: all_reduce and reduce_scatter_tensor with ReduceOp.PREMUL_SUM, and reduce with it
+  (refused); reports the values and the refusal;
 - save: DDP training in fused mode; after step 2 rank 0 alone torch.saves the state dict, then
   both train step 3 and meet at a barrier; rank 1 reports its parameters as of step 2.
 """
@@ -59,7 +64,41 @@ def mismatch() -> None:
         dist.all_reduce(t)
         report(scenario="mismatch", raised=False, value=t.cpu().tolist())
     except Exception as e:  # noqa: BLE001 - what the test asserts on
-        report(scenario="mismatch", raised=True, error=f"{type(e).__name__}: {str(e)[:500]}")
+        report(scenario="mismatch", raised=True, error=f"{type(e).__name__}: {str(e)[:1500]}")
+
+
+def mismatch_dtype() -> None:
+    t = torch.ones(4, device=DEV, dtype=torch.float32 if RANK == 0 else torch.int32)
+    try:
+        dist.all_reduce(t)
+        report(scenario="mismatch_dtype", raised=False, value=t.cpu().tolist())
+    except Exception as e:  # noqa: BLE001 - what the test asserts on
+        report(scenario="mismatch_dtype", raised=True, error=f"{type(e).__name__}: {str(e)[:1500]}")
+
+
+def mismatch_gather() -> None:
+    inp = torch.ones(4 + RANK, device=DEV)
+    out = torch.empty(2 * (4 + RANK), device=DEV)
+    try:
+        dist.all_gather_into_tensor(out, inp)
+        report(scenario="mismatch_gather", raised=False, value=out.cpu().tolist())
+    except Exception as e:  # noqa: BLE001 - what the test asserts on
+        report(scenario="mismatch_gather", raised=True, error=f"{type(e).__name__}: {str(e)[:1500]}")
+
+
+def premul() -> None:
+    t = torch.full((4,), float(RANK + 1), device=DEV)
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+    inp = torch.arange(4, dtype=torch.float32, device=DEV) + 10 * RANK
+    out = torch.empty(2, device=DEV)
+    dist.reduce_scatter_tensor(out, inp, op=dist._make_nccl_premul_sum(0.25))
+    try:
+        dist.reduce(torch.ones(2, device=DEV), dst=0, op=dist._make_nccl_premul_sum(0.5))
+        refused = ""
+    except Exception as e:  # noqa: BLE001 - what the test asserts on
+        refused = f"{type(e).__name__}: {e}"
+    report(scenario="premul", all_reduce=t.cpu().tolist(), reduce_scatter=out.cpu().tolist(),
+           input_after=inp.cpu().tolist(), refused=refused[:500])
 
 
 def save(out_dir: str) -> None:
@@ -94,9 +133,12 @@ def main() -> None:
     if scenario == "midkill":
         midkill()
         os._exit(0)  # the group has a dead member: no orderly teardown
-    elif scenario == "mismatch":
-        mismatch()
-        os._exit(0)
+    elif scenario.startswith("mismatch"):
+        {"mismatch": mismatch, "mismatch_dtype": mismatch_dtype, "mismatch_gather": mismatch_gather}[scenario]()
+        os._exit(0)  # a group whose collectives failed: no orderly teardown
+    elif scenario == "premul":
+        premul()
+        dist.destroy_process_group()
     else:
         save(out_dir)
         dist.destroy_process_group()
