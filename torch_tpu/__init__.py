@@ -9,13 +9,29 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 
 import torch
 
 from . import _C
 from ._backend import register as _register
 
-_register()
+
+def _started_as_cli() -> bool:
+    """Whether this process is ``python -m torch_tpu ...`` (the package is imported first)."""
+    argv = getattr(sys, "orig_argv", [])
+    return any(a == "-m" and argv[i + 1:i + 2] == ["torch_tpu"] for i, a in enumerate(argv))
+
+
+_startup_error: Exception | None = None
+try:
+    _register()
+except Exception as _e:  # noqa: BLE001
+    if not _started_as_cli():
+        raise
+    # `python -m torch_tpu doctor` diagnoses exactly this (a missing PJRT plugin, a bad
+    # variable): the tools report it instead of the import failing before they run.
+    _startup_error = _e
 
 from . import compile  # noqa: E402  (registers torch.compile(backend="tpu"); Dynamo stays unimported)
 from . import distributed  # noqa: E402  (registers the "tpu" torch.distributed backend)
@@ -82,6 +98,8 @@ def _drain_autograd_device_threads() -> None:
 def _at_exit() -> None:
     if _C._in_bad_fork():
         return  # a forked child: the pending work and the streams are the parent's
+    if _startup_error is not None:
+        return  # python -m torch_tpu in a broken setup: no device was started
     try:
         _drain_autograd_device_threads()
     except Exception:  # noqa: BLE001  exiting: a device in an error state must not stop the exit

@@ -62,6 +62,9 @@ def _import_torch_tpu() -> tuple[ModuleType | None, ModuleType | None, str | Non
     try:
         import torch_tpu
 
+        startup = getattr(torch_tpu, "_startup_error", None)  # python -m torch_tpu imported it anyway
+        if startup is not None:
+            return None, torch_tpu._C, f"{type(startup).__name__}: {startup}"
         return torch_tpu, torch_tpu._C, None
     except Exception as e:  # noqa: BLE001  any failure is the diagnosis
         return None, sys.modules.get("torch_tpu._C"), f"{type(e).__name__}: {e}"
