@@ -366,6 +366,7 @@ struct ProgramWork final : device::Work {
   // TinyGPT strict step 9% faster than with tensors (bench/ab_switch.py, 2 runs of 11 rounds).
   std::vector<c10::Storage> keep_alive;
   runtime::RngState rng;
+  const OpInfo* op = nullptr;  // for the error message (null: a compiled graph)
   void run() override {
     // A program queued before an earlier one failed may read its lost values (exec/poison.h):
     // what depends on them is lost; a runtime that cannot tell skips the program.
@@ -386,6 +387,11 @@ struct ProgramWork final : device::Work {
     try {
       program->executable->run(inputs, outputs, rng);
     } catch (c10::Error& e) {
+      // Raised at the next synchronization, far from the call: say which op it was.
+      e.add_context("torch_tpu: raised when a queued " +
+                    (op != nullptr ? op->qualname + (op->overload.empty() ? "" : "." + op->overload) : "compiled graph") +
+                    " ran (errors of queued work surface at the next synchronization; "
+                    "TORCH_TPU_LAUNCH_BLOCKING=1 raises them at the call)");
       poison_outputs(written_storages(), fresh_outputs(), fates(), loss_of(e));
       throw;
     }
@@ -572,7 +578,7 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
       outputs.push_back(runtime::OutputTarget{o.node, tensor_binding(news[static_cast<size_t>(o.new_index)])});
     }
   }
-  launch_program(prog, st.bindings, std::move(outputs), st.tensors, news, rng, st.device.index());
+  launch_program(prog, st.bindings, std::move(outputs), st.tensors, news, rng, st.device.index(), &info);
   torch::jit::drop(*stack, nargs);
   for (const auto& r : prog->returns) push_return(r, news, st, stack);
 }
@@ -638,7 +644,8 @@ at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceInd
 
 void launch_program(const std::shared_ptr<compiler::Program>& prog, std::vector<runtime::Binding>& inputs,
                     std::vector<runtime::OutputTarget>&& outputs, const std::vector<at::Tensor>& keep,
-                    const std::vector<at::Tensor>& news, runtime::RngState rng, c10::DeviceIndex device) {
+                    const std::vector<at::Tensor>& news, runtime::RngState rng, c10::DeviceIndex device,
+                    const OpInfo* op) {
   metrics().programs_executed++;
   c10::Stream stream = device::current_stream(device);
   const bool debug = mode() == Mode::Debug;
@@ -652,6 +659,7 @@ void launch_program(const std::shared_ptr<compiler::Program>& prog, std::vector<
     auto work = std::make_unique<ProgramWork>();
     work->program = prog;
     work->rng = rng;
+    work->op = op;
     work->outputs = std::move(outputs);
     work->inputs = std::move(inputs);
     work->keep_alive.reserve(keep.size() + news.size());

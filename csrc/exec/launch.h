@@ -17,6 +17,8 @@
 
 namespace torch_tpu::exec {
 
+struct OpInfo;  // exec/call.h
+
 // Reserves prog.rng_counters Philox counters from `gen` (the device's default generator when
 // absent or undefined) and returns the state to bind; a zero state when the program draws no
 // random numbers. Thread safety: the generator's own lock. Throws for an invalid device.
@@ -35,9 +37,11 @@ at::Tensor new_device_tensor(const compiler::NewTensorSpec& spec, c10::DeviceInd
 // else enqueued on the stream's worker. `inputs` is moved from when the work is enqueued;
 // `keep` and `news` are the tensors the bindings point into (kept alive by queued work).
 // Does not flush pending fused work: callers in fused mode flush first. Throws errors of
-// earlier queued work (strict) or of this run (debug / inline).
+// earlier queued work (strict) or of this run (debug / inline). `op` (null: a compiled graph)
+// names the program in an error raised when it runs queued.
 void launch_program(const std::shared_ptr<compiler::Program>& prog, std::vector<runtime::Binding>& inputs,
                     std::vector<runtime::OutputTarget>&& outputs, const std::vector<at::Tensor>& keep,
-                    const std::vector<at::Tensor>& news, runtime::RngState rng, c10::DeviceIndex device);
+                    const std::vector<at::Tensor>& news, runtime::RngState rng, c10::DeviceIndex device,
+                    const OpInfo* op = nullptr);
 
 }  // namespace torch_tpu::exec
