@@ -59,6 +59,9 @@ struct OpInfo {
   // fill_ reads its 0-d value before writing (ATen clones it when it aliases the target), so
   // `x.fill_(x[2])` and `x[0:1] = x[0]` are no partial overlap.
   bool value_read_first = false;
+  // fill_, masked_fill, index_fill: the schema index of the Scalar `value`, which CPU converts
+  // to self's dtype with an overflow check (check_fill_value in dispatch.cpp); -1 for others.
+  int8_t fill_value_arg = -1;
   // The result depends on whether a tensor argument is contiguous: ATen's det and slogdet
   // factorize A^T when A is contiguous, and their backward reads that factorization.
   bool keys_contiguity = false;
