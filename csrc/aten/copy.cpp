@@ -86,7 +86,13 @@ void copy_on_device(at::Tensor& self, const at::Tensor& src, bool non_blocking) 
 }  // namespace
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
-  if (self.is_same(src) || self.numel() == 0) return self;
+  if (self.is_same(src)) return self;
+  if (self.numel() == 0) {
+    // A host read is a sync point even when there is nothing to read: pending fused work that
+    // produced src raises its error here (`x.index_put(bad_index, v)` with x empty), as strict does.
+    if (is_tpu(src) && self.device().is_cpu()) wait_for(src);
+    return self;
+  }
   // An expanded destination has elements sharing memory: which source element lands is
   // undefined, so CPU and CUDA raise (the same message).
   if (is_tpu(self)) at::assert_no_internal_overlap(self);

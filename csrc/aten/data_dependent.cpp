@@ -280,6 +280,40 @@ bool is_masked_fill_put(const c10::OperatorHandle& op, const torch::jit::Stack& 
          values.dim() <= self.dim() - mask->dim();
 }
 
+// CPU's check (expandTensors) that a mask's dims match the indexed tensor's, starting at dim
+// `first`; dims past the tensor's rank are left to the lowering's "too many indices".
+void check_mask_shape(const at::Tensor& self, const at::Tensor& mask, int64_t first) {
+  for (int64_t j = 0; j < mask.dim() && first + j < self.dim(); ++j) {
+    TORCH_CHECK_INDEX(mask.size(j) == self.size(first + j), "The shape of the mask ", mask.sizes(), " at index ", j,
+                      " does not match the shape of the indexed tensor ", self.sizes(), " at index ", first + j);
+  }
+}
+
+// CPU turns a plain (not accumulating) put of one value through one mask into masked_fill_
+// (canDispatchToMaskedFill), which converts the value to self's dtype; any other index_put
+// requires the dtypes to match (the lowering's check). Converting here keeps that difference
+// once the mask has become integer indices.
+void put_mask_value_as_masked_fill(torch::jit::Stack& stack, size_t nargs,
+                                   const c10::List<std::optional<at::Tensor>>& list) {
+  const c10::IValue& accumulate = stack[stack.size() - nargs + 3];
+  c10::IValue& values_iv = stack[stack.size() - nargs + 2];
+  const c10::IValue& self_iv = stack[stack.size() - nargs];
+  if ((accumulate.isBool() && accumulate.toBool()) || !values_iv.isTensor() || !self_iv.isTensor()) return;
+  int defined = 0;
+  bool mask = false;
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::optional<at::Tensor> t = list.get(i);
+    if (!t.has_value() || !t->defined()) continue;
+    ++defined;
+    mask = t->scalar_type() == c10::kBool || t->scalar_type() == c10::kByte;
+  }
+  const at::Tensor& values = values_iv.toTensor();
+  const at::Tensor& self = self_iv.toTensor();
+  if (defined == 1 && mask && values.numel() == 1 && values.scalar_type() != self.scalar_type()) {
+    values_iv = c10::IValue(values.to(self.scalar_type()));
+  }
+}
+
 }  // namespace
 
 // index.Tensor / index_put_ with boolean masks: replace each k-dim mask by the k index tensors
@@ -291,7 +325,8 @@ void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   auto list = list_iv.toOptionalTensorList();
   // Index tensors may live on the CPU (as CUDA allows: `t[torch.tensor([2, 0])]`, nn.init.sparse_):
   // they are copied to the indexed tensor's device.
-  const at::Device device = (*stack)[stack->size() - nargs].toTensor().device();
+  const at::Tensor self = (*stack)[stack->size() - nargs].toTensor();
+  const at::Device device = self.device();
   bool on_cpu = false;
   for (size_t i = 0; i < list.size(); ++i) {
     std::optional<at::Tensor> t = list.get(i);
@@ -306,6 +341,8 @@ void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
     list_iv = c10::IValue(moved);
     list = list_iv.toOptionalTensorList();
   }
+  const bool is_put = op.schema().name() != "aten::index";
+  if (is_put) put_mask_value_as_masked_fill(*stack, nargs, list);
   if (is_masked_fill_put(op, *stack, nargs, list)) {
     exec::run_lowered(op, stack);
     return;
@@ -320,6 +357,7 @@ void index_with_masks(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
     for (size_t i = 0; i < list.size(); ++i) {
       std::optional<at::Tensor> t = list.get(i);
       if (t.has_value() && t->defined() && (t->scalar_type() == c10::kBool || t->scalar_type() == c10::kByte)) {
+        check_mask_shape(self, *t, static_cast<int64_t>(converted.size()));
         at::Tensor mask = t->scalar_type() == c10::kByte ? t->to(c10::kBool) : *t;
         at::Tensor idx = torch_tpu::aten::nonzero(mask);  // [n, k]
         for (int64_t d = 0; d < mask.dim(); ++d) converted.push_back(idx.select(1, d));

@@ -62,6 +62,9 @@ struct OpInfo {
   // fill_ and zero_ may write a tensor whose elements share memory (an expanded one), as on CPU;
   // every other op raises CPU's internal-overlap error for such a written tensor.
   bool writes_overlapping = false;
+  // fill_, masked_fill, index_fill: the schema index of the Scalar `value`, which CPU converts
+  // to self's dtype with an overflow check (check_fill_value in dispatch.cpp); -1 for others.
+  int8_t fill_value_arg = -1;
   // The result depends on whether a tensor argument is contiguous: ATen's det and slogdet
   // factorize A^T when A is contiguous, and their backward reads that factorization.
   bool keys_contiguity = false;

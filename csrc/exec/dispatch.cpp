@@ -112,6 +112,15 @@ OpInfo& op_info_locked(const c10::OperatorHandle& op) {
   if (name.rfind("aten::_foreach_", 0) == 0) info->layout = OutputLayout::kPerListElement;
   info->value_read_first = name == "aten::fill_" || name == "aten::fill";
   info->writes_overlapping = info->value_read_first || name == "aten::zero_";
+  for (const char* fill : {"aten::fill", "aten::fill_", "aten::masked_fill", "aten::masked_fill_", "aten::index_fill",
+                           "aten::index_fill_"}) {
+    if (name != fill) continue;
+    for (size_t i = 0; i < op.schema().arguments().size(); ++i) {
+      if (op.schema().arguments()[i].name() == "value" && info->kinds[i] == ArgKind::RuntimeScalar) {
+        info->fill_value_arg = static_cast<int8_t>(i);
+      }
+    }
+  }
   info->keys_contiguity = name == "aten::_linalg_det" || name == "aten::_linalg_slogdet";
   if (name.find("3d") != std::string::npos) info->layout_min_rank = 5;
   if (name.find("adaptive_avg_pool3d") != std::string::npos) info->layout = OutputLayout::kContiguous;
@@ -184,6 +193,24 @@ void add_scalar_binding(CallState& st, const c10::Scalar& s, c10::ScalarType dty
   }
   st.bindings.push_back(std::move(b));
   st.tensors.emplace_back();
+}
+
+// CPU's kernels convert a fill value to the tensor's type with c10's checked conversion, which
+// raises "value cannot be converted to type int64_t without overflow" (NaN, inf or out of range
+// for an integer type; past the finite range for a float type). Bool and complex accept any.
+void check_fill_value(const c10::Scalar& s, c10::ScalarType dtype) {
+  if (s.isComplex()) return;
+  switch (dtype) {
+    case c10::kByte: (void)s.to<uint8_t>(); break;
+    case c10::kChar: (void)s.to<int8_t>(); break;
+    case c10::kShort: (void)s.to<int16_t>(); break;
+    case c10::kInt: (void)s.to<int>(); break;
+    case c10::kLong: (void)s.to<int64_t>(); break;
+    case c10::kHalf: (void)s.to<c10::Half>(); break;
+    case c10::kBFloat16: (void)s.to<c10::BFloat16>(); break;
+    case c10::kFloat: (void)s.to<float>(); break;
+    default: break;
+  }
 }
 
 // A Scalar argument (or an element of a Scalar[]): a Python number, as double, bool or int64.
@@ -279,6 +306,9 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
         if (v.isNone()) {
           mix(st, kTagNone);
         } else {
+          if (static_cast<int8_t>(i) == info.fill_value_arg && args[0].isTensor()) {
+            check_fill_value(v.toScalar(), args[0].toTensor().scalar_type());
+          }
           add_python_scalar(st, v.toScalar(), info);
         }
         break;

@@ -53,6 +53,14 @@ def _reject(cond: bool, msg: str) -> None:
         raise RuntimeError(msg)
 
 
+def _check_fill_const(x: Value, value: Value) -> None:
+    """CPU's overflow check of a fill value converted to x's dtype, for a constant value (as in a
+    torch.compile graph); the C++ dispatcher checks runtime scalars (check_fill_value)."""
+    if value.const is not None and not isinstance(value.const, complex) and x.dtype != torch.bool \
+            and not x.dtype.is_complex:
+        torch.empty((), dtype=x.dtype).fill_(value.const)  # raises CPU's own error
+
+
 def _tname(dtype: torch.dtype) -> str:
     return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
             torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
@@ -779,6 +787,7 @@ def masked_fill(b: GraphBuilder, x: Value, mask: Value, value: Value) -> Value:
     _reject(mask.dtype != torch.bool, f"masked_fill_ only supports boolean masks, but got mask with dtype {mask.dtype}")
     _reject(not value.wrapped and value.rank != 0,
             f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {value.rank} dimension(s).")
+    _check_fill_const(x, value)
     shape = broadcast_shapes(x.shape, mask.shape)
     xs = broadcast_to(b, x, shape)
     return b.select(broadcast_to(b, mask, shape), _s(b, value, xs), xs)
@@ -807,6 +816,7 @@ def copy(b: GraphBuilder, x: Value, src: Value, non_blocking: bool = False) -> V
 def fill(b: GraphBuilder, x: Value, value: Value) -> Value:
     _reject(not value.wrapped and value.rank != 0,
             f"fill_ only supports 0-dimension value tensor but got tensor with {value.rank} dimensions.")
+    _check_fill_const(x, value)
     return _s(b, b.reshape(value, ()), x)
 
 

@@ -228,8 +228,8 @@ def _index_scatter(b: GraphBuilder, x: Value, dim: int, index: Value, source: Va
                    what: str) -> Value:
     """index_add/index_copy: source slices written at index positions along dim."""
     d, xs, src, full = _index_source(b, x, dim, index, source, what)
-    if full.numel() == 0:
-        return x
+    if full.numel() == 0 or (what == "index_add" and x.rank > 1 and x.numel() == 0):
+        return x  # (CPU's index_add returns before reading the index when x has rank > 1 and no elements)
     return b.reshape(b.scatter(xs, full, src, d, mode), x.shape)
 
 
@@ -359,6 +359,12 @@ def index_put(b: GraphBuilder, x: Value, indices: Sequence[Value | None], values
         return masked
     rows, lin, bshape, r_sizes, perm_out, out_shape, perm_in = _plan(b, x, indices, "index_put")
     nb, R = lin.shape[0], rows.shape[1]
+    # CPU's order: index checks (_plan), the source's shape, its dtype; indices in the kernel.
+    vs = list(values.shape)
+    if len(vs) > len(out_shape) or any(v not in (1, o) for v, o in zip(vs[::-1], out_shape[::-1])):
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+                           f"indexing result of shape {list(out_shape)}")
+    _check_put_dtype(x, values)
     if nb == 0 or R == 0:
         return x
     v = broadcast_to(b, b.convert(values, x.dtype), out_shape)
@@ -369,6 +375,15 @@ def index_put(b: GraphBuilder, x: Value, indices: Sequence[Value | None], values
     out = b.scatter(rows, b.broadcast_in_dim(lin, [nb, R], [0]), v, 0, mode)
     out = b.reshape(out, [x.shape[d] for d in perm_in])
     return b.transpose(out, [perm_in.index(d) for d in range(x.rank)])
+
+
+def _check_put_dtype(x: Value, values: Value) -> None:
+    """CPU's index_put check (a single-valued put through one mask is a masked_fill instead, which
+    converts the value: the C++ layer converts it before an eager mask becomes indices)."""
+    if values.dtype != x.dtype:
+        from .elementwise import _tname  # elementwise does not import indexing
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got {_tname(x.dtype)} for "
+                           f"the destination and {_tname(values.dtype)} for the source.")
 
 
 def _masked_fill_put(b: GraphBuilder, x: Value, indices: Sequence[Value | None], values: Value,
@@ -384,6 +399,8 @@ def _masked_fill_put(b: GraphBuilder, x: Value, indices: Sequence[Value | None],
     if mask.dtype != torch.bool or tuple(x.shape[:mask.rank]) != tuple(mask.shape) or values.numel() != 1 or \
             values.rank > x.rank - mask.rank:
         return None
+    if accumulate:  # CPU's masked_fill path is for plain puts only
+        _check_put_dtype(x, values)
     m = b.broadcast_in_dim(mask, list(x.shape), list(range(mask.rank)))
     v = broadcast_to(b, b.convert(values, x.dtype), x.shape)
     if not accumulate:
@@ -457,9 +474,9 @@ def nonzero_static(b: GraphBuilder, x: Value, size: int, fill_value: int = -1) -
 # -- sorting ------------------------------------------------------------------------------------
 
 def _sort(b: GraphBuilder, x: Value, dim: int, descending: bool) -> tuple[Value, Value]:
+    d = canonical_dim(dim, x.rank)  # a 0-d tensor takes dims -1 and 0 only
     if x.rank == 0:
         return x, b.full(0, torch.int64, ())
-    d = canonical_dim(dim, x.rank)
     perm = b.sort(x, d, descending)
     return b.gather(x, perm, d), perm
 
@@ -482,9 +499,9 @@ def mode(b: GraphBuilder, x: Value, dim: int = -1, keepdim: bool = False) -> tup
     run's length by a scatter-add, then the first element of the longest run."""
     from .reductions import _arg, cumsum  # reductions does not import indexing
 
+    d = canonical_dim(dim, x.rank)
     if x.rank == 0:
         return x, b.full(0, torch.int64, ())
-    d = canonical_dim(dim, x.rank)
     n = x.shape[d]
     if n == 0:
         raise IndexError(f"mode(): Expected reduction dim {d} to have non-zero size.")
@@ -521,7 +538,7 @@ def msort(b, x):
 
 @register(aten.topk.default)
 def topk(b: GraphBuilder, x: Value, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
-    d = canonical_dim(dim, x.rank) if x.rank else 0
+    d = canonical_dim(dim, x.rank)
     n = x.shape[d] if x.rank else 1
     if not 0 <= k <= n:
         raise RuntimeError("selected index k out of range")
@@ -535,7 +552,7 @@ def topk(b: GraphBuilder, x: Value, k: int, dim: int = -1, largest: bool = True,
 
 @register(aten.kthvalue.default)
 def kthvalue(b: GraphBuilder, x: Value, k: int, dim: int = -1, keepdim: bool = False):
-    d = canonical_dim(dim, x.rank) if x.rank else 0
+    d = canonical_dim(dim, x.rank)
     n = x.shape[d] if x.rank else 1
     if not 1 <= k <= n:
         raise IndexError(f"kthvalue(): selected number k out of range for dimension {d}")

@@ -216,6 +216,8 @@ def min_dim(b: GraphBuilder, x: Value, dim: int, keepdim: bool = False):
 
 def _argext(b: GraphBuilder, x: Value, dim: int | None, keepdim: bool, kind: str) -> Value:
     name = kind
+    if x.dtype == torch.bool:  # CPU's first check (the meta kernel torch.compile traces lacks it)
+        raise RuntimeError(f"{name}(): does not support bool input")
     if dim is None:
         if x.numel() == 0:
             raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
@@ -261,8 +263,10 @@ def aminmax(b: GraphBuilder, x: Value, dim: int | None = None, keepdim: bool = F
 # -- var / std ----------------------------------------------------------------------------------
 
 def _var_mean(b: GraphBuilder, x: Value, dim, correction: Value | float, keepdim: bool,
-              name: str) -> tuple[Value, Value]:
-    """(var, mean) in x's dtype. Two-pass: mean first, then the mean of squared deviations."""
+              name: str, sqrt: bool = False) -> tuple[Value, Value]:
+    """(var, mean) in x's dtype (std with `sqrt`: taken in opmath, so a half-type variance past
+    the type's range still gives CPU's finite std). Two-pass: mean first, then the mean of
+    squared deviations."""
     if not x.dtype.is_floating_point:
         raise RuntimeError(f"{name}(): std and var only support floating point and complex dtypes")
     dims = _dims(dim, x.rank)
@@ -278,13 +282,10 @@ def _var_mean(b: GraphBuilder, x: Value, dim, correction: Value | float, keepdim
     c = b.convert(c, comp)
     den = b.max(b.sub(b.constant(n, comp), c), b.constant(0.0, comp))
     var = b.div(m2, b.broadcast_in_dim(den, m2.shape, ()))
+    if sqrt:
+        var = b.sqrt(var)
     return (_finish(b, b.convert(var, x.dtype), x.shape, dims, keepdim),
             _finish(b, b.convert(mean, x.dtype), x.shape, dims, keepdim))
-
-
-def _std(b: GraphBuilder, var: Value) -> Value:
-    comp = opmath(var.dtype)
-    return b.convert(b.sqrt(b.convert(var, comp)), var.dtype)
 
 
 @register(aten.var.correction)
@@ -304,17 +305,17 @@ def var_all(b, x, unbiased=True):
 
 @register(aten.std.correction)
 def std_correction(b, x, dim=None, correction=None, keepdim=False):
-    return _std(b, var_correction(b, x, dim, correction, keepdim))
+    return _var_mean(b, x, dim, 1.0 if correction is None else correction, keepdim, "std", sqrt=True)[0]
 
 
 @register(aten.std.dim)
 def std_dim(b, x, dim, unbiased=True, keepdim=False):
-    return _std(b, var_dim(b, x, dim, unbiased, keepdim))
+    return _var_mean(b, x, dim, float(unbiased), keepdim, "std", sqrt=True)[0]
 
 
 @register(aten.std.default)
 def std_all(b, x, unbiased=True):
-    return _std(b, var_all(b, x, unbiased))
+    return _var_mean(b, x, None, float(unbiased), False, "std", sqrt=True)[0]
 
 
 @register(aten.var_mean.correction)
@@ -334,20 +335,17 @@ def var_mean_all(b, x, unbiased=True):
 
 @register(aten.std_mean.correction)
 def std_mean_correction(b, x, dim=None, correction=None, keepdim=False):
-    v, m = var_mean_correction(b, x, dim, correction, keepdim)
-    return _std(b, v), m
+    return _var_mean(b, x, dim, 1.0 if correction is None else correction, keepdim, "std_mean", sqrt=True)
 
 
 @register(aten.std_mean.dim)
 def std_mean_dim(b, x, dim, unbiased=True, keepdim=False):
-    v, m = var_mean_dim(b, x, dim, unbiased, keepdim)
-    return _std(b, v), m
+    return _var_mean(b, x, dim, float(unbiased), keepdim, "std_mean", sqrt=True)
 
 
 @register(aten.std_mean.default)
 def std_mean_all(b, x, unbiased=True):
-    v, m = var_mean_all(b, x, unbiased)
-    return _std(b, v), m
+    return _var_mean(b, x, None, float(unbiased), False, "std_mean", sqrt=True)
 
 
 # -- norms --------------------------------------------------------------------------------------
