@@ -9,7 +9,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/torch_tpu_ccache
 export CCACHE_BASEDIR := $(CURDIR)
 PYTEST_ARGS ?=
 
-.PHONY: all setup build demo test test-cpp test-py test-full ops-table format clean
+.PHONY: all setup build demo test test-cpp test-py test-full test-asan ops-table format clean
 
 all: build
 
@@ -49,6 +49,24 @@ test: test-cpp test-py
 # Longer sweeps: every dtype x mode through OpInfo.
 test-full: build
 	TORCH_TPU_TEST_FULL=1 $(PY) -m pytest tests -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# AddressSanitizer + UndefinedBehaviorSanitizer: a sanitized build of its own (build-asan/), the
+# C++ tests, then a slice of the Python suite with the sanitized extension (imported from a copy
+# of the package; Python itself is not instrumented, so the runtimes are preloaded and leak
+# checking, which would report the interpreter's own allocations, is off).
+ASAN_BUILD ?= build-asan
+ASAN_TESTS ?= tests/reliability tests/modes/test_fused.py tests/device/test_bad_input.py tests/device/test_memory.py tests/cache
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0:abort_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)"
+test-asan: setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(ASAN_BUILD) -G Ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DTPU_SANITIZE=ON >/dev/null
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(ASAN_BUILD)
+	ASAN_OPTIONS=detect_leaks=0 $(ASAN_BUILD)/tpu_cpp_tests --gtest_brief=1
+	rm -rf $(ASAN_BUILD)/py && mkdir -p $(ASAN_BUILD)/py && cp -r torch_tpu $(ASAN_BUILD)/py/
+	rm -f $(ASAN_BUILD)/py/torch_tpu/_C*.so && cp $(ASAN_BUILD)/_C*.so $(ASAN_BUILD)/py/torch_tpu/
+	cd $(ASAN_BUILD)/py && $(ASAN_ENV) TORCH_TPU_NATIVE_KERNELS=0 $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider \
+	  --rootdir=$(CURDIR) $(addprefix $(CURDIR)/,$(ASAN_TESTS)) $(PYTEST_ARGS)
 
 # Reliability stress (docs/reliability.md): 10,000 fuzz cases per mode against CPU (report in
 # $(BUILD)/fuzz-report.json; a case reruns with `tools/fuzz_ops.py --repro SEED --mode MODE`) and the
