@@ -329,10 +329,33 @@ _EXPANDED_WRITES = {
     "copy_": lambda d: torch.zeros(1, device=d).expand(4).copy_(torch.ones(4, device=d)),
     "fill_": lambda d: torch.zeros(1, device=d).expand(4).fill_(2),  # CPU allows: one value everywhere
     "zero_": lambda d: torch.zeros(1, device=d).expand(4).zero_(),
+    "index_copy_": lambda d: torch.zeros(1, device=d).expand(4).index_copy_(
+        0, torch.tensor([0], device=d), torch.ones(1, device=d)),
     "relu_": lambda d: torch.zeros(1, device=d).expand(4).relu_(),
     "uniform_": lambda d: torch.zeros(1, device=d).expand(4).uniform_(),
     "out=": lambda d: torch.add(torch.ones(4, device=d), 1, out=torch.zeros(1, device=d).expand(4)),
 }
+
+
+# CPU only warns ("deprecated") for these, and its result depends on the order in which its loop
+# writes the shared element; tpu writes whole results, so it refuses them with CPU's overlap error
+# rather than give another value (the fuzzer's seed 1611).
+_EXPANDED_WRITES_CPU_WARNS = {
+    "masked_fill_": lambda d: torch.zeros(1, device=d).expand(4).masked_fill_(
+        torch.tensor([True, False, True, False], device=d), 1),
+    "index_put_": lambda d: torch.zeros(1, device=d).expand(4).index_put_(
+        (torch.tensor([0, 2], device=d),), torch.tensor(1.0, device=d)),
+    "index_fill_": lambda d: torch.zeros(1, device=d).expand(4).index_fill_(0, torch.tensor([0], device=d), 1.0),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(_EXPANDED_WRITES_CPU_WARNS))
+def test_writes_into_an_expanded_view_that_cpu_only_warns_about_raise(mode: str, name: str) -> None:
+    assert _outcome(lambda: _EXPANDED_WRITES_CPU_WARNS[name]("cpu"))[0] == "ok"
+    with torch_tpu.mode(mode), pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        _EXPANDED_WRITES_CPU_WARNS[name]("tpu")
+        torch_tpu.sync()
 
 
 @pytest.mark.parametrize("mode", MODES)
