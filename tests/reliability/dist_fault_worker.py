@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -58,32 +59,39 @@ def midkill() -> None:
                seconds_after_kill=time.monotonic() - start - 1.5, iterations=n)
 
 
+def collective_outcome(scenario: str, collective: Callable[[], torch.Tensor]) -> None:
+    """Runs one collective and reports the value it left, or the error it raised."""
+    try:
+        result = collective()
+        report(scenario=scenario, raised=False, value=result.cpu().tolist())
+    except Exception as e:  # noqa: BLE001 - what the test asserts on
+        report(scenario=scenario, raised=True, error=f"{type(e).__name__}: {str(e)[:1500]}")
+
+
+def all_reduced(t: torch.Tensor) -> torch.Tensor:
+    dist.all_reduce(t)
+    return t
+
+
 def mismatch() -> None:
     t = torch.ones(4 + RANK, device=DEV)
-    try:
-        dist.all_reduce(t)
-        report(scenario="mismatch", raised=False, value=t.cpu().tolist())
-    except Exception as e:  # noqa: BLE001 - what the test asserts on
-        report(scenario="mismatch", raised=True, error=f"{type(e).__name__}: {str(e)[:1500]}")
+    collective_outcome("mismatch", lambda: all_reduced(t))
 
 
 def mismatch_dtype() -> None:
     t = torch.ones(4, device=DEV, dtype=torch.float32 if RANK == 0 else torch.int32)
-    try:
-        dist.all_reduce(t)
-        report(scenario="mismatch_dtype", raised=False, value=t.cpu().tolist())
-    except Exception as e:  # noqa: BLE001 - what the test asserts on
-        report(scenario="mismatch_dtype", raised=True, error=f"{type(e).__name__}: {str(e)[:1500]}")
+    collective_outcome("mismatch_dtype", lambda: all_reduced(t))
 
 
 def mismatch_gather() -> None:
     inp = torch.ones(4 + RANK, device=DEV)
     out = torch.empty(2 * (4 + RANK), device=DEV)
-    try:
+
+    def gathered() -> torch.Tensor:
         dist.all_gather_into_tensor(out, inp)
-        report(scenario="mismatch_gather", raised=False, value=out.cpu().tolist())
-    except Exception as e:  # noqa: BLE001 - what the test asserts on
-        report(scenario="mismatch_gather", raised=True, error=f"{type(e).__name__}: {str(e)[:1500]}")
+        return out
+
+    collective_outcome("mismatch_gather", gathered)
 
 
 def premul() -> None:
