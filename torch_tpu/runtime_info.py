@@ -84,7 +84,7 @@ def sync(device: int | None = None) -> None:
 
 
 def cache_stats() -> dict[str, Any]:
-    """Statistics of the program cache's disk tier (docs/architecture.md, "Program cache").
+    """Statistics of the program cache's disk tier (docs/notes/program-cache.md).
 
     Keys: ``enabled`` (False when TORCH_TPU_CACHE_DIR is ``off`` or the directory was refused),
     ``directory`` (the versioned entry directory), ``hits``, ``misses``, ``writes``, ``corrupt``

@@ -1,7 +1,7 @@
 // Persistent (disk) tier of the program cache: stable key -> serialized program or native
 // kernel library, shared by all processes of one user.
 //
-// Design (see docs/architecture.md, "Program cache"):
+// Design (see docs/notes/program-cache.md):
 // - Layout: <root>/<version>/<16 hex digits>.tpp, one file per entry, named by a 64-bit FNV-1a
 //   hash of the key words. <root> is TORCH_TPU_CACHE_DIR (default $XDG_CACHE_HOME/torch_tpu or
 //   ~/.cache/torch_tpu; `off` or empty disables the tier), made absolute when the tier is

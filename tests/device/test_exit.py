@@ -18,7 +18,7 @@ def test_a_backward_as_the_last_statement_exits_cleanly(mode: str) -> None:
     # called without an active exception"); the exit handler waits for it with a backward of its
     # own. The abort needs the device thread descheduled across the whole exit and cannot be
     # forced here (seen once in hundreds of runs; the late GIL acquisition itself was traced
-    # with gdb, docs/architecture.md): this runs the exit path right after a backward, with a
+    # with gdb, docs/notes/interpreter-exit.md): this runs the exit path right after a backward, with a
     # switch interval that keeps the main thread from handing the GIL over on its own.
     code = textwrap.dedent(f"""
         import sys, torch, torch_tpu

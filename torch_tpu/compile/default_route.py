@@ -8,7 +8,7 @@ traced values) live on "tpu" is compiled by the tpu backend; every other graph g
 Inductor unchanged. The decision is per graph, so a model that mixes devices across graph
 breaks gets each piece compiled by the right compiler.
 
-Alternatives rejected (docs/architecture.md, "Compiled mode"):
+Alternatives rejected (docs/notes/compiled-mode.md):
 - Inductor's per-device hook (``torch._inductor.codegen.common.register_backend_for_device``)
   plugs a *code generator* into Inductor: Inductor would still decompose and lower the graph
   with its own lowerings and schedule it, and we would have to emit our IR from Inductor's
