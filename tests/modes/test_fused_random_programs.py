@@ -105,7 +105,7 @@ def test_random_program_fused_matches_strict_and_cpu(seed: int):
     # Channels-last programs do not reduce: a reduction's summation order follows the layout of
     # the value it reads, and a fused cluster may store an intermediate row-major where strict
     # mode keeps the operand's channels-last layout, so a mean may differ in its last bit
-    # (found by this test; docs/performance.md, "Random programs").
+    # (found by this test; docs/notes/perf-random-programs-same-bits.md).
     program, text, reduces = _random_program(rng, len(shape), reductions=fmt == torch.contiguous_format)
     torch.manual_seed(seed)
     inputs = {k: torch.randn(s) for k, s in _operand_shapes(shape, rng).items()}
