@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "runtime/host/column_sums.h"
-#include "runtime/host/fusion.h"
+#include "runtime/host/tile_cluster.h"
 
 namespace torch_tpu::runtime::host {
 namespace {

@@ -1,4 +1,4 @@
-// The host runtime's fused elementwise clusters (runtime/host/fusion.h): every program runs
+// The host runtime's fused elementwise clusters (runtime/host/tile_cluster.h): every program runs
 // with fusion on and off (the per-node ATen kernels are the expected values), and the cluster
 // partition is checked through stats().
 #include <ATen/ATen.h>
@@ -48,7 +48,7 @@ std::vector<at::Tensor> run(const HostExecutable& exe, const Program& p, const s
 }
 
 // Whether libtorch_cpu exports MKL's vector math: then a cluster's exp, log, sin, ... are the
-// very functions ATen's kernels call (fusion.h), so results have ATen's bits. (tanh is the
+// very functions ATen's kernels call (tile_cluster.h), so results have ATen's bits. (tanh is the
 // runtime's own: vector_tanh.h.) Fused and unfused programs agree either way: the unfused
 // float32 kernels run the clusters' functions (cluster_unary_f32).
 bool has_mkl_vml() { return dlsym(RTLD_DEFAULT, "vmsTanh") != nullptr; }
@@ -167,7 +167,7 @@ TEST(HostFusion, TranscendentalsGiveAtensBitsThroughMkl) {
   // Where libtorch_cpu carries MKL, ATen's float exp, log, sin, ... kernels are MKL's vector
   // math functions; a cluster calls the same ones per tile, so fused results equal ATen's bits,
   // over whole and partial tiles and a strided input alike. (float32 tanh: vector_tanh.h's
-  // function, not ATen's.) The unfused program runs the clusters' functions too (fusion.h,
+  // function, not ATen's.) The unfused program runs the clusters' functions too (tile_cluster.h,
   // cluster_unary_f32), so ATen's kernels are called here for the expected values.
   if (!has_mkl_vml()) GTEST_SKIP() << "this libtorch_cpu exports no MKL VML (no MKL build)";
   const int64_t n = 3001;
@@ -474,7 +474,7 @@ TEST(HostFusion, PerRowValuesFromBroadcastsAndStridedInputs) {
   EXPECT_EQ(compile(p, {out, q}, true).stats().fused_nodes, 7);  // the broadcast of w included
   at::Tensor want_q = (xv * xv).sum(-1) / wv + vv;
   // check() compared fused and unfused bit for bit; against ATen the row sums differ in their
-  // summation order (row_sums, fusion.h), so within float32 rounding of a 100-term sum.
+  // summation order (row_sums, tile_cluster.h), so within float32 rounding of a 100-term sum.
   EXPECT_TRUE(at::allclose(got[1], want_q, 1e-5, 1e-5));
   EXPECT_TRUE(at::allclose(got[0], xv - want_q.unsqueeze(-1), 1e-5, 1e-5));
 }
@@ -494,7 +494,7 @@ std::pair<int32_t, int32_t> halved_weighted_sum(Program& p, const std::vector<in
   return {y, s};
 }
 
-// Sums in row clusters add in row_sums' order (fusion.h), and so does the reduce kernel of a
+// Sums in row clusters add in row_sums' order (tile_cluster.h), and so does the reduce kernel of a
 // sum that runs outside a cluster (strict mode's one-op programs, fusion off, an operand no
 // cluster holds): the same bits either way, whatever the operand's strides and the threads.
 TEST(HostFusion, RowSumsHaveOneOrderFusedOrNot) {
@@ -538,7 +538,7 @@ TEST(HostFusion, RowSumsHaveOneOrderFusedOrNot) {
   EXPECT_TRUE(at::equal(one[0], many[0]));
 }
 
-// A sum over every dim longer than a row ends the plain cluster of its operand (fusion.h): one
+// A sum over every dim longer than a row ends the plain cluster of its operand (tile_cluster.h): one
 // kernel, the operand never stored, and total_sum's order (blocks of kSumBlock in
 // row_sum_one's order, then the blocks' sums), which the reduce kernel uses too: the same
 // bits fused or not, on any thread.
@@ -1000,7 +1000,7 @@ TEST(HostFusion, TimingReport) {
   }
 }
 
-// row_sums' order (fusion.h) spelled out one scalar add at a time: 32 lanes from +0, lane j
+// row_sums' order (tile_cluster.h) spelled out one scalar add at a time: 32 lanes from +0, lane j
 // adding elements j, j + 32, ... in sequence, then lanes pairwise (j += j + 16, + 8, + 4, + 2,
 // + 1). Every row length up to three groups and a bit, short rows (the usual 8, 16, 24) and
 // rows summing to zero or holding -0 included, must give these bits.

@@ -1,7 +1,7 @@
 """The host runtime's fused clusters run 16 lanes at a time where ATen runs its AVX512 kernels
 (SLEEF's 16-wide functions and the AVX512 tile loops; exp, log, sin, cos, erf and atan call
 MKL's vector math either way, tanh the runtime's own 8-lane function), and 8 at a time otherwise
-(runtime/host/fusion.cpp). Both widths must give the same bits, so results do not depend on
+(runtime/host/tile_math.cpp). Both widths must give the same bits, so results do not depend on
 the machine's vector width or on where a tile ends. (Where ATen runs AVX2 kernels both runs
 take 8 lanes; the values are still checked against CPU.)"""
 

@@ -156,7 +156,7 @@ def test_unary(op, dtype):
         outs = [p.g.unary(op, v) for v in (x, e, s)]
     except (RuntimeError, NotImplementedError) as err:  # the reference itself lacks the kernel
         pytest.skip(f"reference: {err}")
-    # float32 transcendentals and sqrt run the fused clusters' functions (fusion.h,
+    # float32 transcendentals and sqrt run the fused clusters' functions (tile_cluster.h,
     # cluster_unary_f32), so that a value's bits do not depend on whether it was fused: within an
     # ulp of ATen's (whose SLEEF kernels compute an array's last elements with std:: functions,
     # and whose sqrt is MKL's): compared at float32 tolerances.

@@ -314,7 +314,7 @@ def test_rng_matches_strict():
 def test_row_sums_fuse_and_match_strict_bit_for_bit():
     """A sum over trailing dims fuses with its prologue (a row cluster) and still gives strict
     mode's bits: the cluster and strict mode's single-op sum kernel add in one order
-    (fusion.h, row_sums), wherever cluster boundaries fall. The prologues are exact arithmetic
+    (tile_cluster.h, row_sums), wherever cluster boundaries fall. The prologues are exact arithmetic
     (a transcendental in a cluster may differ from ATen's kernel in the last bit, sums or not)."""
     F = torch.nn.functional
     x, w, y = torch.randn(37, 201), torch.randn(201), torch.arange(37) * 5
@@ -347,7 +347,7 @@ def test_row_sums_fuse_and_match_strict_bit_for_bit():
 def test_convolution_chains_inside_a_graph_match_cpu(channels_last: bool):
     """An inference pass of a small ResNet with its graph deferred: inside the graph the host
     runtime runs the convolutions channels-last and the batch norm / ReLU / residual clusters
-    walk that layout (kernels_contract.cpp, fusion.h "Layout"). Inputs and parameters in
+    walk that layout (kernels_contract.cpp, tile_cluster.h "Layout"). Inputs and parameters in
     either layout; the values the user sees are PyTorch's."""
     from torch_tpu.models import SmallResNet
 
@@ -369,7 +369,7 @@ def test_convolution_chains_inside_a_graph_match_cpu(channels_last: bool):
 @pytest.mark.parametrize("shape", [(32, 3, 64, 64), (100_003,), (8193,), (3, 5000)])
 def test_total_sums_fuse_and_match_strict_bit_for_bit(shape):
     """A sum over every dim longer than a row ends the cluster that computes its operand: the
-    operand is never stored, and the sum adds in total_sum's order (fusion.h), which strict
+    operand is never stored, and the sum adds in total_sum's order (tile_cluster.h), which strict
     mode's single-op sum kernel uses too, so the bits are strict mode's, across tiles, blocks
     and threads. Against a float64 sum: float32 rounding of the summation."""
     x = torch.randn(*shape)
@@ -443,7 +443,7 @@ def test_column_sums_fuse_and_match_strict_bit_for_bit(shape: tuple[int, ...]):
 @pytest.mark.parametrize("shape", [(300_001,), (1,), ()])
 def test_scalar_operands_are_computed_once_and_exact(shape: tuple[int, ...]):
     """Instructions that read only scalars (Python numbers, one-element tensors) run once per
-    thread before the tiles (fusion.h, Instr::invariant); pow with a scalar exponent of 2, 0.5 or
+    thread before the tiles (tile_cluster.h, Instr::invariant); pow with a scalar exponent of 2, 0.5 or
     -0.5 is x*x, sqrt and 1/sqrt as in ATen's kernel. Several tiles and threads, and clusters of
     one element (where every operand is one element); every case's bits match CPU and strict
     mode (the ops are exactly rounded)."""

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "runtime/host/clones.h"
-#include "runtime/host/fusion.h"
+#include "runtime/host/tile_cluster.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/strided_copy.h"
 

@@ -5,7 +5,7 @@
 // "rows" (the reduced positions, row-major over the reduced dims) by "columns" (the kept
 // positions, row-major over the kept dims), summed down each column. ATen's sum of a
 // channels-last [8, 16, 32, 32] over N, H and W took 48 us inside a ResNet step; a fused
-// cluster (fusion.h) sums a member it computes as its tiles stream, without storing it. To give
+// cluster (tile_cluster.h) sums a member it computes as its tiles stream, without storing it. To give
 // the same bits fused or not (as row sums do), every column sum adds in one order, defined on
 // the logical values, never on strides, tiles or threads:
 //   column c's rows are cut into blocks of kColumnBlock rows; in a block, lane j (j < 8) adds
@@ -44,7 +44,7 @@ std::optional<std::pair<int, int>> column_sum_kept(const ir::Graph& g, int32_t i
 // Splits across the host runtime's kernel threads like the reduce kernels.
 void column_sums(const at::Tensor& x, int k0, int k1, float* out);
 
-// The lane accumulators of one block of a [rows, C] walk (fusion.h's clusters feed them tile
+// The lane accumulators of one block of a [rows, C] walk (tile_cluster.h's clusters feed them tile
 // by tile). reset() before a block's first element; add() elements [e0, e0 + n) of the block
 // (row-major over [rows, C], in order, any cut); finish() writes the block's C sums.
 class ColumnLanes {

@@ -379,7 +379,7 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
       if (k != except && open[c] && touches(k, memory_class[i])) close(k);
     }
   };
-  // Row clusters (fusion.h): a reduction of a cluster member, the arithmetic on its result and
+  // Row clusters (tile_cluster.h): a reduction of a cluster member, the arithmetic on its result and
   // the broadcast back join that cluster instead of closing it. An open plain cluster of the
   // reduced shape that such a node reads (e.g. a broadcast constant divisor) is merged in.
   auto join_row_cluster = [&](int32_t i) {
@@ -409,7 +409,7 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   // Before a kernel step closes an open plain cluster it reads, the next few elementwise nodes
   // of that cluster's shape whose operands are all computed by then (members of the cluster,
   // or values placed before the kernel) join the cluster first. Batch norm's backward summed a
-  // cluster's value per channel (then a kernel; now a column sum, fusion.h) and then
+  // cluster's value per channel (then a kernel; now a column sum, tile_cluster.h) and then
   // multiplied two of its values: the product ran as a kernel of its own, a pass over memory.
   // Any kernel reading an open cluster still gets this. Outputs never move (write order).
   constexpr int32_t kPullAhead = 8;
@@ -454,7 +454,7 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     }
     if (options.fuse && (is_total_sum(graph, i) || column_sum_kept(graph, i))) {
       // A sum over everything, or over the dims around a kept range, of a plain cluster's
-      // member ends that cluster (fusion.h).
+      // member ends that cluster (tile_cluster.h).
       const int32_t c = cluster_of[node.operands[0]];
       if (c >= 0 && open[c] && clusters[c]->add_closing_sum(graph, i, [&](int32_t v) { return cluster_of[v] == c; })) {
         cluster_of[i] = c;

@@ -6,7 +6,7 @@
 //    pre-decoded and constants pre-built;
 //  * each value's last reading step is precomputed, so run() drops intermediates as soon as
 //    no later step reads them and peak memory stays near the live set, not the whole graph;
-//  * same-shape chains of elementwise nodes become fused clusters (fusion.h): one step that
+//  * same-shape chains of elementwise nodes become fused clusters (tile_cluster.h): one step that
 //    makes a single pass over tiles. Live nodes are walked in order with one open cluster per
 //    shape; a fusible node joins the open cluster of its shape (opening one if needed). A
 //    cluster runs at the position where it is closed, and is closed
@@ -82,7 +82,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/host/fusion.h"
+#include "runtime/host/tile_cluster.h"
 #include "runtime/host/kernels.h"
 #include "runtime/runtime.h"
 

@@ -8,7 +8,7 @@
 // when idle (they never spin, so they cost nothing between kernels). Only kernels of at least
 // kSplitMinElements elements split: below that the hand-off (a futex wake-up of a sleeping
 // thread, several µs on a VM) costs about what the second thread saves. Fused clusters
-// (fusion.h) split their tiles too, passing elements x half their instruction count as the
+// (tile_cluster.h) split their tiles too, passing elements x half their instruction count as the
 // size, since each element costs several operations there; contractions (kernels_contract.cpp)
 // split by batch or rows, passing multiply-adds / 64. Callers that already
 // have ATen intra-op threads (the Python thread running a program inline) never split.

@@ -30,7 +30,7 @@ using Values = std::vector<at::Tensor>;
 
 // The channels-last format a 4-d (5-d) tensor is laid out in, when it is and is not also
 // contiguous: a value the host runtime keeps channels-last inside a program
-// (kernels_contract.cpp, fusion.h "Layout"). Empty otherwise.
+// (kernels_contract.cpp, tile_cluster.h "Layout"). Empty otherwise.
 inline std::optional<at::MemoryFormat> channels_last_format(const at::Tensor& t) {
   const int64_t rank = t.dim();
   if (rank != 4 && rank != 5) return std::nullopt;

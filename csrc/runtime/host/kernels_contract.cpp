@@ -21,7 +21,7 @@
 // 1.2-1.7x faster). The literal form runs channels-last when its input already is, or when its
 // input is a program parameter and its result has no destination (it stays inside the
 // program) or a channels-last one (a compiled forward's saved activation). Fused clusters
-// (fusion.h) keep that layout through batch norm and ReLU to the next convolution, so only
+// (tile_cluster.h) keep that layout through batch norm and ReLU to the next convolution, so only
 // the first one converts. A result bound to an NCHW program output keeps the NCHW path
 // (strict mode: one op per program), and so does an NCHW input computed inside the program:
 // its producer mixed NCHW values (a backward pass reading saved activations), and converting

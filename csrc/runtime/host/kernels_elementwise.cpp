@@ -1,7 +1,7 @@
 // Elementwise IR ops (unary, binary, compare, select, convert) and leaves (constant, iota).
 // Each maps to the ATen op builder.py's reference uses, so results match it bit for bit, except
 // float32 transcendentals, sqrt, pow and atan2, which run the fused clusters' functions so that
-// a value's bits do not depend on whether it was fused (fusion.h, cluster_unary_f32): within an
+// a value's bits do not depend on whether it was fused (tile_cluster.h, cluster_unary_f32): within an
 // ulp of ATen's. The `_out` variants write straight into an output destination.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "common/check.h"
-#include "runtime/host/fusion.h"
+#include "runtime/host/tile_cluster.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
 
@@ -40,7 +40,7 @@ bool is_uniform(const at::Tensor& t) {
   return std::all_of(t.strides().begin(), t.strides().end(), [](int64_t s) { return s == 0; }) || t.numel() == 1;
 }
 
-// A float32 unary (b null) or binary op with the fused clusters' function (fusion.h,
+// A float32 unary (b null) or binary op with the fused clusters' function (tile_cluster.h,
 // cluster_unary_f32 / cluster_binary_f32), into `out` when given. Over ATen's intra-op threads
 // with ATen's grain, as the ATen kernel would run (serial on a stream worker, where split_large
 // cuts large ones); lanes are independent, so the cut does not change the bits. Operands of one
@@ -262,7 +262,7 @@ Kernel binary_kernel(OpKind kind, int32_t x, int32_t y, bool integer, bool scala
         }
         // A Python number exponent (broadcast by the lowering) takes ATen's scalar-exponent
         // kernel, whose recipes (x^2 = x*x, x^-1 = 1/x, ...) are CPU's bits for pow(x, 3.0) in
-        // float64; float32 takes the same recipes above (fusion.cpp, pow_as).
+        // float64; float32 takes the same recipes above (tile_math.cpp, pow_as).
         if (scalar_exponent && a.is_floating_point() && e.numel() > 0 && is_uniform(e)) {
           const at::Scalar s = e.as_strided({}, {}).item();
           return out ? at::pow_out(*out, a, s) : at::pow(a, s);

@@ -2,7 +2,7 @@
 // exact calls builder.py's reference makes (sum with dtype=input dtype, prod dim by dim, ...),
 // except float32 sums over trailing dims that a row cluster could hold, over every dim, and
 // over the dims around a kept range (column_sums.h): those add in the clusters' order
-// (fusion.h, row_sums, total_sum and column_sums), so a sum gives the same bits fused or not.
+// (tile_cluster.h, row_sums, total_sum and column_sums), so a sum gives the same bits fused or not.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 
 #include "common/check.h"
 #include "runtime/host/column_sums.h"
-#include "runtime/host/fusion.h"
+#include "runtime/host/tile_cluster.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/kernels.h"
 #include "runtime/host/strided_copy.h"
@@ -47,7 +47,7 @@ at::Scalar identity(ir::ReduceKind kind, at::ScalarType dtype) {
   return result;
 }
 
-// A float32 sum kernel outside a cluster (the sums whose order fusion.h fixes): `sum(x, out)`
+// A float32 sum kernel outside a cluster (the sums whose order tile_cluster.h fixes): `sum(x, out)`
 // writes the result of the operand `x` (at its full shape: a 0-d constant is read expanded)
 // into contiguous float memory, the destination itself when it is contiguous.
 template <typename Sum>
@@ -119,7 +119,7 @@ Kernel row_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x) {
 }
 
 // A float32 sum keeping a contiguous range of dims (column_sum_kept), e.g. batch norm's
-// per-channel sums: added in column_sums' order, as a cluster ending in it adds (fusion.h).
+// per-channel sums: added in column_sums' order, as a cluster ending in it adds (tile_cluster.h).
 Kernel column_sum_kernel(const ir::Node& n, const ir::Node& xn, int32_t x, int k0, int k1) {
   return fixed_order_sum_kernel(n, xn, x, [k0, k1](const at::Tensor& t, float* out) { column_sums(t, k0, k1, out); });
 }

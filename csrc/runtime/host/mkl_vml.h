@@ -2,7 +2,7 @@
 //
 // libtorch_cpu exports VML where PyTorch is built with MKL; ATen calls its float exp, log, sin,
 // ... with these mode bits, so a function looked up here and called with kVmlMode gives ATen's
-// bits (fusion.cpp's cluster transcendentals, vector_tanh.h's tanh on Intel CPUs).
+// bits (tile_math.cpp's cluster transcendentals, vector_tanh.h's tanh on Intel CPUs).
 #pragma once
 
 #include <dlfcn.h>

@@ -1,4 +1,4 @@
-// Native tile kernels from a cluster's tile program (fusion.h, native_kernels.h).
+// Native tile kernels from a cluster's tile program (tile_cluster.h, native_kernels.h).
 //
 // The per-tile instructions are cut into segments of consecutive arithmetic instructions the
 // generated code computes exactly (IEEE single operations, compares, selects, bit operations);
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/host/fusion.h"
+#include "runtime/host/tile_cluster.h"
 #include "runtime/host/tile_ops.h"
 
 namespace torch_tpu::runtime::host {

@@ -33,7 +33,7 @@
 #include "common/config.h"
 #include "common/fd_io.h"
 #include "common/fork_guard.h"
-#include "runtime/host/fusion.h"
+#include "runtime/host/tile_cluster.h"
 
 extern char** environ;
 
@@ -68,7 +68,7 @@ namespace {
 
 // Shared by every generated file: vector types, loads and stores of any alignment, and the few
 // lane operations the vector extensions do not spell directly. Each is exact (IEEE single ops,
-// bit operations, selects), so the bits are the interpreter's (fusion.cpp, exec_op).
+// bit operations, selects), so the bits are the interpreter's (tile_math.cpp, exec_op).
 constexpr const char* kPrelude = R"(
 typedef float F16 __attribute__((vector_size(64)));
 typedef int I16 __attribute__((vector_size(64)));

@@ -1,9 +1,9 @@
 // Native tile kernels: the host runtime's second tier for fused clusters.
 //
-// A cluster's tile program (fusion.h) runs instruction by instruction: each instruction streams
+// A cluster's tile program (tile_cluster.h) runs instruction by instruction: each instruction streams
 // a whole tile through its buffers, so a chain of N arithmetic ops reads and writes L1/L2 N
 // times. Once a cluster has run often enough to matter (TORCH_TPU_NATIVE_KERNELS), it asks for a
-// native kernel: C++ source generated from its program (fusion.cpp, Cluster::native_source)
+// native kernel: C++ source generated from its program (native_codegen.cpp, Cluster::native_source)
 // that keeps each element's chain in vector registers, compiled by the system's C++ compiler on
 // a background thread and loaded with dlopen. Until the kernel is loaded, and forever if no
 // compiler is found or compilation fails, the cluster keeps interpreting: the tiers give the
@@ -27,7 +27,7 @@
 
 namespace torch_tpu::runtime::host {
 
-// One tile of a cluster: slots[k] is the tile buffer of slot k (fusion.h), n8 the lanes to
+// One tile of a cluster: slots[k] is the tile buffer of slot k (tile_cluster.h), n8 the lanes to
 // compute (a multiple of 8). Instructions the kernel does not compute itself are run through
 // `step(ctx, k)` (k: the instruction's index in the cluster's program).
 using NativeTileFn = void (*)(float* const* slots, int64_t n8, void (*step)(void* ctx, int32_t k), void* ctx);

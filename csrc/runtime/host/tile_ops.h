@@ -1,4 +1,4 @@
-// The operations of a cluster's tile program (fusion.h): shared by the interpreter (fusion.cpp)
+// The operations of a cluster's tile program (tile_cluster.h): shared by the interpreter (tile_cluster_run.cpp)
 // and the native kernel generator (native_codegen.cpp).
 #pragma once
 
@@ -41,7 +41,7 @@ enum Op : uint8_t {
   kNotBool,
   kIsFinite,
   kToBool,
-  kCube,              // x * x * x: pow(x, 3) (pow_as, fusion.cpp)
+  kCube,              // x * x * x: pow(x, 3) (pow_as, tile_math.cpp)
   kReciprocal,        // 1 / x: pow(x, -1)
   kReciprocalSquare,  // 1 / (x * x): pow(x, -2)
   kAdd,

@@ -142,7 +142,7 @@ void cluster_unary_f32(ir::OpKind kind, float* d, const float* x, int64_t n);
 // std:: for an array's last elements) over x[0, n) and y[0, n), or, when `y_uniform`, over x and
 // the single value y[0] (a broadcast scalar, not materialized): a pow whose exponent was a
 // Python number (`scalar_exponent`, ir::kPowScalarExponent) then takes the recipes a cluster
-// takes for it (x^2 as x*x, ...; fusion.cpp, pow_as).
+// takes for it (x^2 as x*x, ...; tile_math.cpp, pow_as).
 void cluster_binary_f32(ir::OpKind kind, float* d, const float* x, const float* y, int64_t n, bool y_uniform = false,
                         bool scalar_exponent = false);
 
@@ -260,14 +260,14 @@ class Cluster {
     bool compact = false;  // a per-row value of a row cluster: one element per row in its slot
   };
   struct Instr {
-    uint8_t op;            // Op (fusion.cpp)
+    uint8_t op;            // Op (tile_ops.h)
     uint8_t round;         // rounding after the op: 0 none, 1 bf16, 2 f16
     int16_t dst, a, b, c;  // tile buffer slots (-1: unused)
     // Reads only tile-invariant buffers (constants, one-element inputs, other invariant
     // results): the same for every tile, so it runs once before the tiles, into a slot no
     // other value reuses. A Python scalar's convert and broadcast cost a pass each otherwise.
     bool invariant = false;
-    bool pow_scalar = false;  // pow whose exponent is tile-invariant: ATen's recipes (fusion.cpp, pow_as)
+    bool pow_scalar = false;  // pow whose exponent is tile-invariant: ATen's recipes (tile_math.cpp, pow_as)
     // Bit k: operand k (a, b, c) of a per-tile instruction is tile-invariant, so it reads the
     // buffer's first lanes for every group (one value in all lanes) instead of streaming it.
     uint8_t fixed = 0;
