@@ -36,6 +36,7 @@ import copy
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -219,7 +220,7 @@ def _backward(out_leaves: list[tuple[str, torch.Tensor]], cots: Mapping[str, tor
 
 def _grads(module: torch.nn.Module, args: Any, kwargs: Any) -> list[tuple[str, torch.Tensor]]:
     out = [(f"grad of {n}", p.grad.detach().cpu()) for n, p in module.named_parameters() if p.grad is not None]
-    out += [(f"grad of {p}", t.grad.detach().cpu()) for p, t in leaves((args, kwargs), "input")
+    out += [(f"grad of {p}", t.grad.detach().cpu()) for p, t in leaves(args, "args") + leaves(kwargs, "kwargs")
             if t.is_leaf and t.grad is not None]
     return out
 
@@ -281,9 +282,12 @@ def _in_mode(mode: str) -> Iterator[None]:
 def _dynamo_limits() -> Iterator[None]:
     # Every replayed module is compiled on its own; without a higher limit, Dynamo would run the
     # later instances of a class (layer 9 of 12) eagerly after 8 recompiles of its forward.
+    # Those recompiles are expected: torch_tpu's recompile warning would only be noise here.
     import torch._dynamo
 
-    with torch._dynamo.config.patch(recompile_limit=1024, accumulated_recompile_limit=65536):
+    with torch._dynamo.config.patch(recompile_limit=1024, accumulated_recompile_limit=65536), \
+            warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch_tpu.compile: recompiling")
         yield
 
 
