@@ -12,6 +12,9 @@ commands:
   doctor [--json]                       report the installation, runtime, devices, program cache,
                                         C++ compiler and TORCH_TPU_* variables; exit 1 if broken
   migrate FILE|DIR [--diff] [--write]   find CUDA device usage and rewrite it for "tpu"
+  check FILE.py:FACTORY [--train] [--modes strict,fused,compiled] [--atol A] [--rtol R] [--json]
+                                        run a model on CPU and tpu module by module; name the first
+                                        diverging module and op; list unsupported ops; exit 1 if any
 """
 
 
@@ -30,6 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .tools import migrate
 
         return migrate.main(rest)
+    if command == "check":
+        from .tools import check
+
+        return check.main(rest)
     print(f"python -m torch_tpu: unknown command {command!r}\n\n{_USAGE}", file=sys.stderr)
     return 2
 

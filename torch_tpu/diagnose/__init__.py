@@ -18,5 +18,10 @@ _LAZY = {"parity": "parity", "report": "report"}
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        # Importing the submodule bound its name (the same as the function's) to the module on
+        # this package; bind the function instead, so `from torch_tpu.diagnose import parity`
+        # gets the function every time.
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
