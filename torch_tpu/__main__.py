@@ -1,5 +1,5 @@
-"""``python -m torch_tpu <command>``: ``doctor`` (environment report) and ``migrate`` (CUDA to
-tpu rewrites). See docs/diagnostics.md."""
+"""``python -m torch_tpu <command>``: ``doctor`` (environment report), ``migrate`` (CUDA to
+tpu rewrites) and ``profile`` (ranked performance report). See docs/diagnostics.md."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ commands:
   doctor [--json]                       report the installation, runtime, devices, program cache,
                                         C++ compiler and TORCH_TPU_* variables; exit 1 if broken
   migrate FILE|DIR [--diff] [--write]   find CUDA device usage and rewrite it for "tpu"
+  profile [--json FILE] -- python train.py [args]
+                                        run a script, print a ranked report of what made it slow
 """
 
 
@@ -30,6 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .tools import migrate
 
         return migrate.main(rest)
+    if command == "profile":
+        from .tools import profile
+
+        return profile.main(rest)
     print(f"python -m torch_tpu: unknown command {command!r}\n\n{_USAGE}", file=sys.stderr)
     return 2
 
