@@ -59,6 +59,15 @@ def _snapshot(device: Any = None) -> dict[str, Any]:
     return {"segments": segments, "device_traces": traces, "allocator_settings": {}}
 
 
+def __getattr__(name: str) -> Any:
+    """torch.tpu.memory.memory_allocated & co. are torch.tpu's (torch_tpu/device.py)."""
+    from .. import device
+
+    if not name.startswith("__") and hasattr(device, name):
+        return getattr(device, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
     """Pickles :func:`_snapshot` to ``filename`` (what torch/cuda/_memory_viz.py reads)."""
     with open(filename, "wb") as f:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import types
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -112,3 +113,15 @@ def format_report(result: dict[str, Any], top: int = 20) -> str:
     if len(findings) > top:
         lines.append(f"  ... {len(findings) - top} more (--json FILE has them all)")
     return "\n".join(lines) + "\n"
+
+
+class _CallableModule(types.ModuleType):
+    """``torch_tpu.diagnose.report`` is this module once imported (the import system binds a
+    package's submodule over the lazy attribute of the same name), so the module calls
+    :func:`report`: ``torch_tpu.diagnose.report()`` works before and after."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return report(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -89,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("no script to run")
 
     import torch_tpu
-    from torch_tpu.diagnose import profiler_memory, report as report_mod
+    from torch_tpu.diagnose import profiler_memory
+    from torch_tpu.diagnose.report import report, start, stop
 
     if args.fallback:
         torch_tpu.set_fallback(args.fallback)
@@ -99,11 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         prof = tpu_profile()
         prof.start()
-    report_mod.start()
+    start()
     try:
         status = _run_target(command)
     finally:
-        data = report_mod.stop()
+        data = stop()
         if prof is not None:
             prof.stop()
             prof.export_chrome_trace(args.trace)
@@ -111,5 +112,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             profiler_memory._dump_snapshot(args.memory_snapshot)
     sys.stdout.flush()
     print(file=sys.stderr)
-    report_mod.report(data, file=sys.stdout, json_path=args.json, top=args.top)
+    report(data, file=sys.stdout, json_path=args.json, top=args.top)
     return status

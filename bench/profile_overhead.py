@@ -1,0 +1,79 @@
+"""Step-time overhead of `python -m torch_tpu profile` on the small GPT training step, one process.
+
+Runs the same TinyGPT training steps with profiling off and under a torch_tpu.diagnose session
+(device events, host syncs, fallbacks, Dynamo hooks and the allocator history with Python
+stacks: everything `profile` records), alternating over rounds, and prints the median ratio of
+step times. Target (issue 40): <= 1.15.
+
+Run: .venv/bin/python bench/profile_overhead.py [--steps N] [--rounds R] [--mode strict|fused]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import torch_tpu
+from torch_tpu.diagnose.report import start, stop
+from torch_tpu.models import TinyGPT, synthetic_text
+
+
+def make_step(device: str = "tpu"):
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=128, dim=64, heads=4, layers=2, ctx=32).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    data = [(x.to(device), y.to(device)) for x, y in synthetic_text(4, 8, 32, 128)]
+
+    def step(i: int) -> torch.Tensor:
+        x, y = data[i % len(data)]
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def seconds_per_step(step, steps: int, profiled: bool) -> float:
+    if profiled:
+        start()
+    try:
+        t0 = time.perf_counter()
+        for i in range(steps):
+            loss = step(i)
+        loss.item()  # wait for the device
+        dt = time.perf_counter() - t0
+    finally:
+        if profiled:
+            data = stop()
+            assert data.device_events, "the session recorded nothing"
+    return dt / steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--mode", default="strict")
+    args = ap.parse_args()
+    torch_tpu.set_mode(args.mode)
+    step = make_step()
+    for i in range(5):  # warm up: programs compiled and cached
+        step(i).item()
+    ratios = []
+    for r in range(args.rounds):
+        order = (False, True) if r % 2 == 0 else (True, False)
+        t = {p: seconds_per_step(step, args.steps, p) for p in order}
+        ratios.append(t[True] / t[False])
+        print(f"round {r}: off {t[False] * 1e3:.2f} ms/step, profiled {t[True] * 1e3:.2f} ms/step, "
+              f"ratio {ratios[-1]:.3f}")
+    print(f"TinyGPT training step ({args.mode}): profiled/off step time median {statistics.median(ratios):.3f}x "
+          f"over {args.rounds} rounds (target <= 1.15)")
+
+
+if __name__ == "__main__":
+    main()
