@@ -387,21 +387,6 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
   if (!st.device_known) st.device = c10::Device(kTpu, device::current());
 }
 
-// A device event for one program run (exec/profiler.h); only called when profiling is on.
-void record_program_event(const OpInfo* op, const std::vector<runtime::Binding>& inputs,
-                          const std::vector<runtime::OutputTarget>& outputs, c10::DeviceIndex device,
-                          c10::StreamId stream_id, int64_t start_ns) {
-  profiler::DeviceEvent ev;
-  ev.end_ns = profiler::now_ns();
-  ev.start_ns = start_ns;
-  ev.name = op != nullptr ? op->qualname + (op->overload.empty() ? "" : "." + op->overload) : "compiled graph";
-  ev.ops = ev.name;
-  ev.bytes = profiler::binding_bytes(inputs, outputs);
-  ev.device = device;
-  ev.stream = static_cast<int>(stream_id);
-  profiler::record_device_event(std::move(ev));
-}
-
 // Queued execution of one program: owns the bindings and the tensors they point into.
 struct ProgramWork final : device::Work {
   std::shared_ptr<compiler::Program> program;
@@ -418,7 +403,10 @@ struct ProgramWork final : device::Work {
   void run() override {
     const int64_t start = profiler::enabled() ? profiler::now_ns() : 0;
     run_program();
-    if (start != 0) record_program_event(op, inputs, outputs, device, stream_id, start);
+    if (start != 0) {
+      profiler::record_program(op, nullptr, "", device, stream_id, start,
+                               profiler::binding_bytes(inputs, outputs, &program->reads_binding));
+    }
   }
   void run_program() {
     // A program queued before an earlier one failed may read its lost values (exec/poison.h):
@@ -710,7 +698,10 @@ void launch_program(const std::shared_ptr<compiler::Program>& prog, std::vector<
     runtime::ExecutionDeviceGuard on(device);
     const int64_t start = profiler::enabled() ? profiler::now_ns() : 0;
     prog->executable->run(inputs, outputs, rng);
-    if (start != 0) record_program_event(op, inputs, outputs, device, stream.id(), start);
+    if (start != 0) {
+      profiler::record_program(op, nullptr, "", device, stream.id(), start,
+                               profiler::binding_bytes(inputs, outputs, &prog->reads_binding));
+    }
   } else {
     auto work = std::make_unique<ProgramWork>();
     work->program = prog;

@@ -731,25 +731,13 @@ struct FusedWork final : device::Work {
   c10::StreamId stream_id = 0;
 
   void run() override {
-    if (!profiler::enabled()) {
-      run_graph();
-      return;
-    }
-    profiler::DeviceEvent ev;
-    ev.bytes = profiler::binding_bytes(inputs, outputs);  // before run_and_release drops the inputs
-    ev.start_ns = profiler::now_ns();
+    if (!profiler::enabled()) return run_graph();
+    const uint64_t bytes = profiler::binding_bytes(inputs, outputs);  // before run_and_release drops inputs
+    const int64_t start = profiler::now_ns();
     run_graph();
-    ev.end_ns = profiler::now_ns();
-    ev.name = "fused graph (" + std::to_string(ops.size()) + " ops)";
-    for (size_t k = 0; k < ops.size(); ++k) {
-      ev.ops += (k ? ", " : "") + ops[k]->qualname + (ops[k]->overload.empty() ? "" : "." + ops[k]->overload);
-    }
-    ev.cause = cause;
-    ev.device = device;
-    ev.stream = static_cast<int>(stream_id);
-    ev.kernels = static_cast<uint64_t>(program->stats.steps);
-    ev.clusters = static_cast<uint64_t>(program->stats.clusters);
-    profiler::record_device_event(std::move(ev));
+    const auto& st = program->stats;
+    profiler::record_program(nullptr, &ops, cause, device, stream_id, start, bytes, static_cast<uint64_t>(st.steps),
+                             static_cast<uint64_t>(st.clusters));
   }
 
   void run_graph() {

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <utility>
 
+#include "exec/call.h"
 #include "exec/fused.h"
 #include "runtime/runtime.h"
 
@@ -68,7 +69,8 @@ void record_device_event(DeviceEvent&& event) {
   r.events.push_back(std::move(event));
 }
 
-uint64_t binding_bytes(const std::vector<runtime::Binding>& inputs, const std::vector<runtime::OutputTarget>& outputs) {
+uint64_t binding_bytes(const std::vector<runtime::Binding>& inputs, const std::vector<runtime::OutputTarget>& outputs,
+                       const std::vector<uint8_t>* reads) {
   auto bytes = [](const runtime::Binding& b) -> uint64_t {
     if (b.kind != runtime::Binding::Kind::Tensor) return 0;
     uint64_t n = c10::elementSize(b.dtype);
@@ -76,9 +78,36 @@ uint64_t binding_bytes(const std::vector<runtime::Binding>& inputs, const std::v
     return n;
   };
   uint64_t total = 0;
-  for (const auto& b : inputs) total += bytes(b);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (reads == nullptr || i >= reads->size() || (*reads)[i] != 0) total += bytes(inputs[i]);
+  }
   for (const auto& o : outputs) total += bytes(o.dest);
   return total;
+}
+
+namespace {
+std::string op_name(const OpInfo& op) { return op.qualname + (op.overload.empty() ? "" : "." + op.overload); }
+}  // namespace
+
+void record_program(const OpInfo* op, const std::vector<const OpInfo*>* graph_ops, const char* cause, int device,
+                    int64_t stream, int64_t start_ns, uint64_t bytes, uint64_t kernels, uint64_t clusters) {
+  DeviceEvent ev;
+  ev.end_ns = now_ns();
+  ev.start_ns = start_ns;
+  if (graph_ops != nullptr) {
+    ev.name = "fused graph (" + std::to_string(graph_ops->size()) + " ops)";
+    for (size_t k = 0; k < graph_ops->size(); ++k) ev.ops += (k ? ", " : "") + op_name(*(*graph_ops)[k]);
+  } else {
+    ev.name = op != nullptr ? op_name(*op) : "compiled graph";
+    ev.ops = ev.name;
+  }
+  ev.cause = cause;
+  ev.bytes = bytes;
+  ev.device = device;
+  ev.stream = static_cast<int>(stream);
+  ev.kernels = kernels;
+  ev.clusters = clusters;
+  record_device_event(std::move(ev));
 }
 
 std::vector<DeviceEvent> take_device_events() {

@@ -31,6 +31,10 @@ struct Binding;
 struct OutputTarget;
 }  // namespace torch_tpu::runtime
 
+namespace torch_tpu::exec {
+struct OpInfo;
+}  // namespace torch_tpu::exec
+
 namespace torch_tpu::exec::profiler {
 
 extern std::atomic<bool> g_enabled;
@@ -59,7 +63,14 @@ struct DeviceEvent {
 };
 void record_device_event(DeviceEvent&& event);
 // Bytes of a program's tensor inputs and output destinations (the "bytes moved" of its event).
-uint64_t binding_bytes(const std::vector<runtime::Binding>& inputs, const std::vector<runtime::OutputTarget>& outputs);
+// reads (optional, compiler::Program::reads_binding): per input, whether the program reads it; an
+// out= destination bound as an input but only written counts once, as an output.
+uint64_t binding_bytes(const std::vector<runtime::Binding>& inputs, const std::vector<runtime::OutputTarget>& outputs,
+                       const std::vector<uint8_t>* reads = nullptr);
+// Records the run of one program that started at start_ns and ended now: a per-op program (op;
+// null: a compiled graph) or a fused graph (graph_ops, in order; cause: its flush cause).
+void record_program(const OpInfo* op, const std::vector<const OpInfo*>* graph_ops, const char* cause, int device,
+                    int64_t stream, int64_t start_ns, uint64_t bytes, uint64_t kernels = 0, uint64_t clusters = 0);
 // Returns the device events recorded since the last call (or reset) and forgets them.
 std::vector<DeviceEvent> take_device_events();
 

@@ -53,8 +53,12 @@ def _snapshot(device: Any = None) -> dict[str, Any]:
                              "is_expandable": False, "frames": [], "blocks": [block]})
     traces: list[list[dict[str, Any]]] = [[] for _ in range(max(count, 1))]
     for action, addr, size, dev, time_us, frames in _C._memory_trace():
-        if 0 <= dev < len(traces):
-            traces[dev].append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": time_us,
+        if not 0 <= dev < len(traces):
+            continue
+        # The tpu allocator frees at once (queued work holds storages, not blocks): a free is
+        # requested and completed together, and the viewer wants both.
+        for act in ("free_requested", "free_completed") if action == "free_completed" else (action,):
+            traces[dev].append({"action": act, "addr": addr, "size": size, "stream": 0, "time_us": time_us,
                                 "frames": frames})
     return {"segments": segments, "device_traces": traces, "allocator_settings": {}}
 

@@ -95,7 +95,7 @@ def format_report(result: dict[str, Any], top: int = 20) -> str:
         f"  host syncs         {s['host_syncs']} (waited {_fmt_s(s['host_sync_wait_s'])})",
         f"  recompiles         {s['recompiles']}   graph breaks {s['graph_breaks']}   "
         f"CPU fallbacks {s['cpu_fallbacks']}",
-        f"  peak memory        {s['peak_memory_allocated'] / 2**20:.1f} MiB",
+        f"  peak memory        {s['peak_memory_allocated'] / 2**20:.2f} MiB",
         "",
     ]
     findings = result["findings"]

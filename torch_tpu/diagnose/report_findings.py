@@ -113,13 +113,17 @@ def build_findings(d: SessionData) -> tuple[list[dict[str, Any]], dict[str, Any]
     findings: list[dict[str, Any]] = []
     wall_s = max(1e-9, (d.end_ns - d.start_ns) / 1e9)
 
+    fallback_lines = {f[0] for f in d.fallbacks}
     for line, op, count, wait_ns in d.host_syncs:
         text = source_text(line)
+        suggestion = _sync_suggestion(line, op, text, int(count))
+        if line in fallback_lines and "copy_" in op:
+            suggestion = f"the CPU fallback at {line} copies its inputs to the host: removing the fallback removes this"
         findings.append({
             "kind": "host-sync", "where": line, "op": op, "count": int(count), "source": text,
             "wait_s": wait_ns / 1e9, "cost_s": wait_ns / 1e9 + count * _HOST_SYNC_OVERHEAD_S,
             "title": f"{count} host sync(s) forced by {op}" + (f": `{text}`" if text else ""),
-            "suggestion": _sync_suggestion(line, op, text, int(count)),
+            "suggestion": suggestion,
         })
     for r in d.recompiles:
         findings.append({
@@ -209,7 +213,15 @@ def _user_frame(frames: list[dict[str, Any]]) -> str:
         f"{frames[0]['filename']}:{frames[0]['line']}"
 
 
-def _memory_findings(d: SessionData, top: int = 5) -> list[dict[str, Any]]:
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"
+
+
+def _memory_findings(d: SessionData, top: int = 3) -> list[dict[str, Any]]:
     by_site: dict[str, list[int]] = {}
     for _addr, size, requested, active, frames in d.memory_blocks:
         if not active:
@@ -222,8 +234,8 @@ def _memory_findings(d: SessionData, top: int = 5) -> list[dict[str, Any]]:
     for site, (nbytes, n) in sorted(by_site.items(), key=lambda kv: -kv[1][0])[:top]:
         out.append({
             "kind": "memory", "where": site if ":" in site else "", "count": n, "bytes": nbytes, "cost_s": 0.0,
-            "source": source_text(site), "title": f"{nbytes / 2**20:.1f} MiB live in {n} tensor(s) allocated at {site}",
-            "suggestion": "largest memory user at the end of the run (peak "
-                          f"{d.peak_memory_allocated / 2**20:.1f} MiB); torch.tpu.memory._snapshot() has every block",
+            "source": source_text(site), "title": f"{_fmt_bytes(nbytes)} live in {n} tensor(s) allocated at {site}",
+            "suggestion": f"one of the largest memory users at the end of the run (peak "
+                          f"{_fmt_bytes(d.peak_memory_allocated)}); torch.tpu.memory._snapshot() has every block",
         })
     return out

@@ -36,24 +36,28 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return opts, argv[i:]
 
 
-def _run_target(command: list[str]) -> int:
-    """Runs `[python] script.py args` or `[python] -m module args`; returns its exit status."""
+def _resolve(command: list[str]) -> list[str]:
+    """`script.py args` or `-m module args` (a leading python executable dropped); raises
+    SystemExit for a missing script."""
     if command and os.path.basename(command[0]).startswith("python"):
         command = command[1:]
-    if not command:
+    if not command or (command[0] == "-m" and len(command) < 2):
         raise SystemExit(f"usage: {_USAGE}")
+    if command[0] != "-m" and not os.path.isfile(command[0]):
+        raise SystemExit(f"python -m torch_tpu profile: no such script: {command[0]}")
+    return command
+
+
+def _run_target(command: list[str]) -> int:
+    """Runs a resolved command (see _resolve) as `python` would; returns its exit status."""
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     try:
         if command[0] == "-m":
-            if len(command) < 2:
-                raise SystemExit(f"usage: {_USAGE}")
             sys.argv = [command[1]] + command[2:]
             sys.path.insert(0, os.getcwd())
             runpy.run_module(command[1], run_name="__main__", alter_sys=True)
         else:
             script = command[0]
-            if not os.path.isfile(script):
-                raise SystemExit(f"python -m torch_tpu profile: no such script: {script}")
             sys.argv = command[:]
             sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
             runpy.run_path(script, run_name="__main__")
@@ -87,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(opts)
     if not command:
         ap.error("no script to run")
+    command = _resolve(command)
 
     import torch_tpu
     from torch_tpu.diagnose import profiler_memory
