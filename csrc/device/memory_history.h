@@ -27,9 +27,11 @@ struct Frame {
   int line = 0;
   std::string name;
 };
-using Frames = std::shared_ptr<const std::vector<Frame>>;
-// Installed by the Python extension: the calling thread's Python stack, innermost first, or
-// null when the thread has no Python frames. Must not throw.
+// A stack, innermost frame first. The hook interns frames (they live as long as the process) and
+// whole stacks, so a loop that allocates from the same few places shares a few stacks.
+using Frames = std::shared_ptr<const std::vector<const Frame*>>;
+// Installed by the Python extension: the calling thread's Python stack, or null when the thread
+// has no Python frames. Must not throw.
 using StackHook = Frames (*)();
 void set_stack_hook(StackHook hook);
 

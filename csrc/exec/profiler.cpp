@@ -79,7 +79,7 @@ uint64_t binding_bytes(const std::vector<runtime::Binding>& inputs, const std::v
   };
   uint64_t total = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (reads == nullptr || i >= reads->size() || (*reads)[i] != 0) total += bytes(inputs[i]);
+    if (reads == nullptr || (i < reads->size() && (*reads)[i] != 0)) total += bytes(inputs[i]);
   }
   for (const auto& o : outputs) total += bytes(o.dest);
   return total;

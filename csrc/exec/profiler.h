@@ -63,8 +63,9 @@ struct DeviceEvent {
 };
 void record_device_event(DeviceEvent&& event);
 // Bytes of a program's tensor inputs and output destinations (the "bytes moved" of its event).
-// reads (optional, compiler::Program::reads_binding): per input, whether the program reads it; an
-// out= destination bound as an input but only written counts once, as an output.
+// reads (optional, compiler::Program::reads_binding): per input, whether the program reads it
+// (indices past its end are not read); an out= destination bound as an input but only written
+// counts once, as an output.
 uint64_t binding_bytes(const std::vector<runtime::Binding>& inputs, const std::vector<runtime::OutputTarget>& outputs,
                        const std::vector<uint8_t>* reads = nullptr);
 // Records the run of one program that started at start_ns and ended now: a per-op program (op;

@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "device/allocator.h"
@@ -21,20 +22,47 @@ namespace {
 
 constexpr int kMaxFrames = 64;
 
-// The calling thread's Python stack, innermost first. Threads without a Python thread state
-// (stream workers) get null: they must not take the GIL (common/blocking_wait.h).
+// The frame at (code object, bytecode offset), interned: its line number (a scan of the code's
+// line table) and strings are made once per call site. Code objects stay alive (referenced
+// here), so their addresses are never reused. Guarded by the GIL.
+const device::memory_history::Frame* interned_frame(PyCodeObject* code, PyFrameObject* frame) {
+  static auto* memo = new std::unordered_map<PyCodeObject*, std::unordered_map<int, device::memory_history::Frame*>>();
+  auto [it, fresh] = memo->try_emplace(code);
+  if (fresh) Py_INCREF(code);
+  const int lasti = PyFrame_GetLasti(frame);
+  auto& at = it->second[lasti];
+  if (at == nullptr) {
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    const char* name = PyUnicode_AsUTF8(code->co_name);
+    at = new device::memory_history::Frame{file ? file : "?", PyFrame_GetLineNumber(frame), name ? name : "?"};
+  }
+  return at;
+}
+
+struct StackHash {
+  size_t operator()(const std::vector<const device::memory_history::Frame*>& v) const {
+    size_t h = v.size();
+    for (const auto* f : v) h = h * 1000003u ^ std::hash<const void*>()(f);
+    return h;
+  }
+};
+
+// The calling thread's Python stack, innermost first, interned. Threads without a Python thread
+// state (stream workers) get null: they must not take the GIL (common/blocking_wait.h).
 device::memory_history::Frames python_stack() {
   if (!Py_IsInitialized() || _Py_IsFinalizing() || PyGILState_GetThisThreadState() == nullptr) return nullptr;
   py::gil_scoped_acquire gil;
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   if (frame == nullptr) return nullptr;
-  auto frames = std::make_shared<std::vector<device::memory_history::Frame>>();
+  static auto* stacks =
+      new std::unordered_map<std::vector<const device::memory_history::Frame*>, device::memory_history::Frames,
+                             StackHash>();
+  std::vector<const device::memory_history::Frame*> key;
+  key.reserve(16);
   Py_INCREF(frame);
-  while (frame != nullptr && static_cast<int>(frames->size()) < kMaxFrames) {
+  while (frame != nullptr && static_cast<int>(key.size()) < kMaxFrames) {
     PyCodeObject* code = PyFrame_GetCode(frame);
-    const char* file = PyUnicode_AsUTF8(code->co_filename);
-    const char* name = PyUnicode_AsUTF8(code->co_name);
-    frames->push_back({file ? file : "?", PyFrame_GetLineNumber(frame), name ? name : "?"});
+    key.push_back(interned_frame(code, frame));
     Py_DECREF(code);
     PyFrameObject* back = PyFrame_GetBack(frame);
     Py_DECREF(frame);
@@ -42,17 +70,22 @@ device::memory_history::Frames python_stack() {
   }
   Py_XDECREF(frame);
   if (PyErr_Occurred()) PyErr_Clear();
-  return frames;
+  auto it = stacks->find(key);
+  if (it == stacks->end()) {
+    auto frames = std::make_shared<const std::vector<const device::memory_history::Frame*>>(key);
+    it = stacks->emplace(std::move(key), std::move(frames)).first;
+  }
+  return it->second;
 }
 
 py::list frames_list(const device::memory_history::Frames& frames) {
   py::list out;
   if (!frames) return out;
-  for (const auto& f : *frames) {
+  for (const auto* f : *frames) {
     py::dict d;
-    d["filename"] = f.filename;
-    d["line"] = f.line;
-    d["name"] = f.name;
+    d["filename"] = f->filename;
+    d["line"] = f->line;
+    d["name"] = f->name;
     out.append(d);
   }
   return out;
