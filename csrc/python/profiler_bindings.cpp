@@ -91,6 +91,23 @@ py::list frames_list(const device::memory_history::Frames& frames) {
   return out;
 }
 
+// "file:line" of the innermost frame outside torch, torch_tpu and the import/runpy plumbing
+// (the user's allocation site), "" when every frame is library code, "-" without a Python stack
+// (the autograd engine's backward thread, a worker).
+std::string user_site(const device::memory_history::Frames& frames) {
+  if (!frames) return "-";
+  for (const auto* f : *frames) {
+    const std::string& file = f->filename;
+    if (file.find("/torch/") != std::string::npos || file.find("/torch_tpu/") != std::string::npos ||
+        file.rfind("<frozen", 0) == 0 || file.find("/runpy.py") != std::string::npos ||
+        file.find("/contextlib.py") != std::string::npos) {
+      continue;
+    }
+    return file + ":" + std::to_string(f->line);
+  }
+  return "";
+}
+
 py::list site_list(const std::vector<exec::profiler::SiteCount>& sites) {
   py::list out;
   for (const auto& s : sites) out.append(py::make_tuple(s.line, s.op, s.count, s.wait_ns));
@@ -134,6 +151,17 @@ void init_profiler_bindings(py::module_& m) {
     for (const auto& b : device::DeviceAllocator::get().blocks(static_cast<c10::DeviceIndex>(device))) {
       out.append(py::make_tuple(reinterpret_cast<uint64_t>(b.ptr), b.size, b.requested, b.active,
                                 frames_list(b.active ? device::memory_history::frames_of(b.ptr) : nullptr)));
+    }
+    return out;
+  });
+  // Each entry: (action, address, size, device, user site): the trace without whole stacks.
+  m.def("_memory_trace_sites", [] {
+    std::unordered_map<const void*, std::string> memo;  // per interned stack
+    py::list out;
+    for (const auto& e : device::memory_history::trace()) {
+      auto [it, fresh] = memo.try_emplace(e.frames.get());
+      if (fresh) it->second = user_site(e.frames);
+      out.append(py::make_tuple(e.action, e.addr, e.size, e.device, it->second));
     }
     return out;
   });

@@ -191,3 +191,17 @@ def test_memory_snapshot_reads_in_memory_viz() -> None:
     assert "segments:" in _memory_viz.segsum(snap)
     assert "alloc" in _memory_viz.trace(after) or "free" in _memory_viz.trace(after)
     assert torch.tpu.memory.memory_allocated() == torch.tpu.memory_allocated()
+
+
+def test_report_names_the_largest_memory_user_at_the_peak() -> None:
+    start()
+    big = torch.empty(1000, 1000, device="tpu"); line = sys._getframe().f_lineno  # noqa: E702
+    small = torch.ones(10, device="tpu")
+    del big
+    data = stop()
+    # torch_tpu.diagnose.report is both the function and (once imported) the callable module.
+    result = torch_tpu.diagnose.report(data, file=None)
+    mem = [f for f in result["findings"] if f["kind"] == "memory"]
+    assert mem and mem[0]["where"] == f"{__file__}:{line}", mem
+    assert mem[0]["bytes"] >= 4_000_000 and mem[0]["count"] == 1
+    torch.testing.assert_close(small.cpu(), torch.ones(10))

@@ -61,6 +61,7 @@ class SessionData:
     metrics_before: dict[str, Any] = field(default_factory=dict)
     metrics_after: dict[str, Any] = field(default_factory=dict)
     memory_blocks: list[tuple] = field(default_factory=list)   # (addr, size, requested, active, frames)
+    memory_trace: list[tuple] = field(default_factory=list)    # (action, addr, size, device, user site)
     peak_memory_allocated: int = 0
 
 
@@ -150,6 +151,8 @@ class Session:
         d.memory_blocks = list(_C._memory_blocks(0))
         if self.memory_history:
             _C._memory_record_history(False, 0, False)
+            d.memory_trace = list(_C._memory_trace_sites())
+            _C._memory_history_clear()
         return d
 
     # -- Dynamo hooks ---------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from .profiler_session import SessionData
 _FALLBACK_COST_S = 5e-4
 _GRAPH_BREAK_COST_S = 2e-4
 _HOST_SYNC_OVERHEAD_S = 2e-5  # per sync beyond the wait itself: the queue drains, fusion stops
-_LIBRARY_PARTS = ("/torch/", "/torch_tpu/", "<frozen", "/runpy.py", "/contextlib.py")
 
 
 def _split(where: str) -> tuple[str, int]:
@@ -205,14 +204,6 @@ def _mode() -> str:
         return "unknown"
 
 
-def _user_frame(frames: list[dict[str, Any]]) -> str:
-    for f in frames:  # innermost first
-        if not any(p in f["filename"] for p in _LIBRARY_PARTS):
-            return f"{f['filename']}:{f['line']}"
-    return "(allocated before profiling, or by library code)" if not frames else \
-        f"{frames[0]['filename']}:{frames[0]['line']}"
-
-
 def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB"):
         if n < 1024:
@@ -221,21 +212,49 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.2f} GiB"
 
 
-def _memory_findings(d: SessionData, top: int = 3) -> list[dict[str, Any]]:
-    by_site: dict[str, list[int]] = {}
-    for _addr, size, requested, active, frames in d.memory_blocks:
-        if not active:
+def _at_peak(trace: list[tuple], device: int = 0) -> tuple[int, dict[str, list[int]]]:
+    """Replays the allocator trace: (peak bytes, live bytes and tensors by allocation site at the
+    peak). Blocks allocated before the session are not in the trace, so the peak is the session's
+    growth above what was live when it started."""
+    live: dict[int, tuple[int, str]] = {}
+    total = peak = peak_index = 0
+    for i, (action, addr, size, dev, site) in enumerate(trace):
+        if dev != device:
             continue
-        site = _user_frame(frames) if frames else "(allocated before profiling started)"
-        acc = by_site.setdefault(site, [0, 0])
-        acc[0] += int(requested or size)
+        if action == "alloc":
+            live[addr] = (size, site)
+            total += size
+            if total > peak:
+                peak, peak_index = total, i + 1
+        elif addr in live:
+            total -= live.pop(addr)[0]
+    live.clear()
+    for action, addr, size, dev, site in trace[:peak_index]:
+        if dev != device:
+            continue
+        if action == "alloc":
+            live[addr] = (size, site)
+        else:
+            live.pop(addr, None)
+    by_site: dict[str, list[int]] = {}
+    for size, site in live.values():
+        label = {"": "(library code)", "-": "(no Python stack: backward on the autograd thread)"}.get(site, site)
+        acc = by_site.setdefault(label, [0, 0])
+        acc[0] += size
         acc[1] += 1
+    return peak, by_site
+
+
+def _memory_findings(d: SessionData, top: int = 3) -> list[dict[str, Any]]:
+    peak, by_site = _at_peak(d.memory_trace)
     out = []
     for site, (nbytes, n) in sorted(by_site.items(), key=lambda kv: -kv[1][0])[:top]:
         out.append({
             "kind": "memory", "where": site if ":" in site else "", "count": n, "bytes": nbytes, "cost_s": 0.0,
-            "source": source_text(site), "title": f"{_fmt_bytes(nbytes)} live in {n} tensor(s) allocated at {site}",
-            "suggestion": f"one of the largest memory users at the end of the run (peak "
-                          f"{_fmt_bytes(d.peak_memory_allocated)}); torch.tpu.memory._snapshot() has every block",
+            "source": source_text(site),
+            "title": f"{_fmt_bytes(nbytes)} in {n} tensor(s) allocated at {site}, live at the peak",
+            "suggestion": f"one of the largest memory users at the session's peak ({_fmt_bytes(peak)} allocated "
+                          f"during the session; device peak {_fmt_bytes(d.peak_memory_allocated)}); "
+                          "torch.tpu.memory._snapshot() has every block and stack",
         })
     return out
