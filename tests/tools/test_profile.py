@@ -136,10 +136,13 @@ def test_profile_usage_errors() -> None:
 
 def test_recording_is_off_by_default_and_after_a_session() -> None:
     assert not _C._profiler_enabled() and not _C._memory_history_recording()
-    start(memory_history=False)
-    (torch.ones(3).to("tpu") + 1).cpu()
-    data = stop()
-    assert data.device_events and not _C._profiler_enabled()
+    with torch_tpu.diagnose.profiling(memory_history=False):
+        assert _C._profiler_enabled() and not _C._memory_history_recording()
+        out = (torch.ones(3).to("tpu") + 1).cpu()
+    torch.testing.assert_close(out, torch.full((3,), 2.0))
+    result = torch_tpu.diagnose.report(file=None)  # the last session's
+    assert result["device_events"] >= 1 and result["summary"]["host_syncs"] == 1
+    assert not _C._profiler_enabled()
     (torch.ones(3).to("tpu") + 1).cpu()
     torch_tpu.sync()
     assert _C._profiler_take_device_events() == []

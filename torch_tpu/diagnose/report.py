@@ -31,7 +31,8 @@ _last: SessionData | None = None
 
 def start(memory_history: bool = True) -> None:
     """Starts a profiling session (records host syncs, recompiles, fallbacks, graph breaks,
-    device events and, with ``memory_history``, the allocator's history with Python stacks)."""
+    device events and, with ``memory_history``, the allocator's history with Python stacks).
+    Drains the devices first and resets device 0's peak memory statistics."""
     Session(memory_history=memory_history).start()
 
 

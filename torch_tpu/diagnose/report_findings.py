@@ -212,6 +212,10 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.2f} GiB"
 
 
+_WHERE_ALLOCATED = {"": "allocated in library code",
+                    "-": "allocated without a Python stack (backward, on the autograd thread)"}
+
+
 def _at_peak(trace: list[tuple], device: int = 0) -> tuple[int, dict[str, list[int]]]:
     """Replays the allocator trace: (peak bytes, live bytes and tensors by allocation site at the
     peak). Blocks allocated before the session are not in the trace, so the peak is the session's
@@ -238,8 +242,7 @@ def _at_peak(trace: list[tuple], device: int = 0) -> tuple[int, dict[str, list[i
             live.pop(addr, None)
     by_site: dict[str, list[int]] = {}
     for size, site in live.values():
-        label = {"": "(library code)", "-": "(no Python stack: backward on the autograd thread)"}.get(site, site)
-        acc = by_site.setdefault(label, [0, 0])
+        acc = by_site.setdefault(site, [0, 0])
         acc[0] += size
         acc[1] += 1
     return peak, by_site
@@ -252,7 +255,8 @@ def _memory_findings(d: SessionData, top: int = 3) -> list[dict[str, Any]]:
         out.append({
             "kind": "memory", "where": site if ":" in site else "", "count": n, "bytes": nbytes, "cost_s": 0.0,
             "source": source_text(site),
-            "title": f"{_fmt_bytes(nbytes)} in {n} tensor(s) allocated at {site}, live at the peak",
+            "title": f"{_fmt_bytes(nbytes)} in {n} tensor(s) " + _WHERE_ALLOCATED.get(site, f"allocated at {site}")
+                     + ", live at the peak",
             "suggestion": f"one of the largest memory users at the session's peak ({_fmt_bytes(peak)} allocated "
                           f"during the session; device peak {_fmt_bytes(d.peak_memory_allocated)}); "
                           "torch.tpu.memory._snapshot() has every block and stack",
