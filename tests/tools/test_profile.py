@@ -78,13 +78,14 @@ def _line_of(marker: str) -> int:
     raise AssertionError(marker)
 
 
-def _run_profile(tmp_path: Path, mode: str) -> tuple[subprocess.CompletedProcess, dict, str]:
+def _run_profile(tmp_path: Path, mode: str,
+                 extra: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, dict, str]:
     script = tmp_path / "planted.py"
     script.write_text(PLANTED)
     out = tmp_path / "report.json"
     env = {**os.environ, "TORCH_TPU_MODE": mode, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-m", "torch_tpu", "profile", "--fallback", "cpu", "--json", str(out),
-                           "--", "python", str(script)], cwd=REPO, env=env, capture_output=True, text=True,
+                           *extra, "--", "python", str(script)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "RESULT ok" in proc.stdout
@@ -208,3 +209,20 @@ def test_report_names_the_largest_memory_user_at_the_peak() -> None:
     assert mem and mem[0]["where"] == f"{__file__}:{line}", mem
     assert mem[0]["bytes"] >= 4_000_000 and mem[0]["count"] == 1
     torch.testing.assert_close(small.cpu(), torch.ones(10))
+
+
+def test_profile_writes_trace_and_memory_snapshot(tmp_path: Path) -> None:
+    trace, snap = tmp_path / "trace.json", tmp_path / "memory.pickle"
+    _, report, script = _run_profile(tmp_path, "strict", ("--trace", str(trace), "--memory-snapshot", str(snap)))
+    events = json.loads(trace.read_text())["traceEvents"]
+    programs = [e for e in events if e.get("cat") == "tpu_program"]
+    assert len(programs) == report["device_events"] > 0
+    assert any(e["name"].startswith("aten::mm") for e in programs)  # step()'s x @ w
+    assert any(e.get("cat") == "cpu_op" and e["name"] == "aten::mm" for e in events)
+    import pickle
+
+    with open(snap, "rb") as f:
+        data = pickle.load(f)
+    assert "segments:" in _memory_viz.segsum(data)
+    assert any(e["action"] == "alloc" and any(fr["filename"] == script for fr in e["frames"])
+               for e in data["device_traces"][0])

@@ -67,7 +67,8 @@ def _sync_suggestion(where: str, op: str, text: str, count: int) -> str:
             return (f"move `{call}` out of the loop {place}: accumulate on the device "
                     "(e.g. `total += loss.detach()`) and read the value once after the loop, or every N steps")
         return f"`{call}` {place} waits for the device: read it less often, or only when needed"
-    if re.search(r"\b(nonzero|masked_select|unique|bincount|repeat_interleave|where)\(", text) and "_local_scalar" in op:
+    data_dependent = r"\b(nonzero|masked_select|unique|bincount|repeat_interleave|where)\("
+    if re.search(data_dependent, text) and "_local_scalar" in op:
         return (f"the op {place} has a data-dependent output size, which needs the values on the host: use a "
                 "fixed-size form (a mask with torch.where, or pass size=/output_size=)")
     if re.search(r"\bif\b|\bwhile\b|\bassert\b", text):

@@ -109,12 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status = _run_target(command)
     finally:
+        if args.memory_snapshot:  # before stop(), which drops the allocator history
+            profiler_memory._dump_snapshot(args.memory_snapshot)
         data = stop()
         if prof is not None:
             prof.stop()
-            prof.export_chrome_trace(args.trace)
-        if args.memory_snapshot:
-            profiler_memory._dump_snapshot(args.memory_snapshot)
+            prof.export_chrome_trace(args.trace, events=data.device_events)
     sys.stdout.flush()
     print(file=sys.stderr)
     report(data, file=sys.stdout, json_path=args.json, top=args.top)
