@@ -14,8 +14,9 @@
 // Source lines come from the hook the Python extension installs (exec/fused.h,
 // current_source_line): the first frame outside torch and torch_tpu, interned per call site.
 //
-// Rejected: recording always and filtering later (a clock read and a vector push per op cost
-// ~3% of a strict-mode op); a Python sys.setprofile hook (costs every Python call, not just ops).
+// Rejected: recording always and filtering later (two clock reads, a name and a push under a
+// mutex for every program, paid by runs nobody profiles); a Python sys.setprofile hook (costs
+// every Python call, not just ops, and sees no device time).
 //
 // Thread safety: every function is thread-safe. Device events are recorded on stream worker
 // threads as well as the calling thread.
