@@ -1,5 +1,6 @@
-"""``python -m torch_tpu <command>``: ``doctor`` (environment report) and ``migrate`` (CUDA to
-tpu rewrites). See docs/diagnostics.md."""
+"""``python -m torch_tpu <command>``: ``doctor`` (environment report), ``migrate`` (CUDA to
+tpu rewrites), ``check`` (CPU/tpu parity, module by module) and ``profile`` (ranked performance
+report). See docs/diagnostics.md."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ commands:
   check FILE.py:FACTORY [--train] [--modes strict,fused,compiled] [--atol A] [--rtol R] [--json]
                                         run a model on CPU and tpu module by module; name the first
                                         diverging module and op; list unsupported ops; exit 1 if any
+  profile [--json FILE] -- python train.py [args]
+                                        run a script, print a ranked report of what made it slow
 """
 
 
@@ -37,6 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .tools import check
 
         return check.main(rest)
+    if command == "profile":
+        from .tools import profile
+
+        return profile.main(rest)
     print(f"python -m torch_tpu: unknown command {command!r}\n\n{_USAGE}", file=sys.stderr)
     return 2
 

@@ -336,6 +336,11 @@ def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
     return total - _C._memory_stats(i)["reserved_bytes.all.current"], total
 
 
+# torch.tpu.memory: the allocator history and snapshot (torch.cuda.memory's _record_memory_history,
+# _snapshot, _dump_snapshot); other names resolve to this module's (memory_allocated, ...).
+from .diagnose import profiler_memory as memory  # noqa: E402
+
+
 def _format_bytes(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":

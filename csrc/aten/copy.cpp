@@ -18,6 +18,7 @@
 #include "exec/call.h"
 #include "exec/metrics.h"
 #include "exec/poison.h"
+#include "exec/profiler.h"
 #include "runtime/residency.h"
 
 namespace torch_tpu::aten {
@@ -51,10 +52,13 @@ at::Tensor detached_alias(const at::Tensor& t) {
   return at::Tensor(std::move(impl));
 }
 
-void wait_for(const at::Tensor& t) {
+// op: the ATen op whose host read waits (exec/profiler.h records it with the user's line).
+void wait_for(const at::Tensor& t, const char* op) {
   device::note_host_sync();
   device::FlushCauseScope cause(device::FlushCause::kHostRead);
+  const int64_t start = exec::profiler::enabled() ? exec::profiler::now_ns() : 0;
   device::synchronize_stream(device::current_stream(t.device().index()));
+  if (start != 0) exec::profiler::record_host_sync(op, exec::profiler::now_ns() - start);
   exec::metrics().host_syncs++;
   if (exec::any_poisoned()) exec::check_not_poisoned(t);
 }
@@ -90,7 +94,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.numel() == 0) {
     // A host read is a sync point even when there is nothing to read: pending fused work that
     // produced src raises its error here (`x.index_put(bad_index, v)` with x empty), as strict does.
-    if (is_tpu(src) && self.device().is_cpu()) wait_for(src);
+    if (is_tpu(src) && self.device().is_cpu()) wait_for(src, "aten::copy_ (device to host)");
     return self;
   }
   // An expanded destination has elements sharing memory: which source element lands is
@@ -100,7 +104,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     if (self.device() == src.device()) {
       copy_on_device(self, src, non_blocking);
     } else {
-      wait_for(src);
+      wait_for(src, "aten::copy_ (between devices)");
       write_to_device(self, host_view(src, Access::kRead).clone());
     }
   } else if (is_tpu(self)) {
@@ -108,7 +112,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     write_to_device(self, src);
   } else {
     TPU_CHECK(self.device().is_cpu(), "copy_: cannot copy from ", src.device(), " to ", self.device());
-    wait_for(src);
+    wait_for(src, "aten::copy_ (device to host)");
     exec::metrics().bytes_from_device += static_cast<uint64_t>(src.numel()) * src.itemsize();
     self.copy_(host_view(src, Access::kRead));
   }
@@ -130,7 +134,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
-  wait_for(self);
+  wait_for(self, "aten::_local_scalar_dense (.item())");
   exec::metrics().bytes_from_device += static_cast<uint64_t>(self.itemsize());
   return host_view(self, Access::kRead).item();
 }

@@ -1,4 +1,5 @@
 #include "device/allocator.h"
+#include "device/memory_history.h"
 
 #include <c10/util/Exception.h>
 
@@ -74,6 +75,7 @@ Pool& pool(c10::DeviceIndex d) {
 void free_block(void* ctx) {
   if (in_bad_fork()) return;  // the pools' locks may be held by threads the fork did not copy
   auto* b = static_cast<Block*>(ctx);
+  if (memory_history::recording()) [[unlikely]] memory_history::record_free(b->device, b->ptr, b->size);
   runtime::released(b->ptr, b->size);  // before the block can be handed out again
   Pool& p = *pools()[static_cast<size_t>(b->device)];
   std::lock_guard<std::mutex> g(p.mu);
@@ -108,7 +110,32 @@ DeviceAllocator& DeviceAllocator::get() {
 
 c10::DataPtr DeviceAllocator::allocate(size_t nbytes) { return allocate_on(current(), nbytes); }
 
+namespace {
+c10::DataPtr allocate_block(c10::DeviceIndex device, size_t nbytes);
+}  // namespace
+
 c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes) {
+  if (memory_history::recording()) [[unlikely]] {
+    c10::DataPtr d = allocate_block(device, nbytes);
+    if (d.get() != nullptr) memory_history::record_alloc(device, d.get(), static_cast<Block*>(d.get_context())->size);
+    return d;
+  }
+  return allocate_block(device, nbytes);
+}
+
+std::vector<BlockInfo> DeviceAllocator::blocks(c10::DeviceIndex device) const {
+  Pool& p = pool(device);
+  std::lock_guard<std::mutex> g(p.mu);
+  std::vector<BlockInfo> out;
+  for (const auto& [ptr, b] : p.live) out.push_back(BlockInfo{ptr, b->size, b->requested, true});
+  for (const auto& [size, list] : p.cached) {
+    for (const Block* b : list) out.push_back(BlockInfo{b->ptr, b->size, 0, false});
+  }
+  return out;
+}
+
+namespace {
+c10::DataPtr allocate_block(c10::DeviceIndex device, size_t nbytes) {
   check_not_in_bad_fork();
   c10::Device dev(c10::DeviceType::PrivateUse1, device);
   Pool& p = pool(device);
@@ -174,6 +201,7 @@ c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes
     p.release_cache_locked();
   }
 }
+}  // namespace
 
 void DeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
   runtime::before_host_read(src, count);

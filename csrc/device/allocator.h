@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace torch_tpu::device {
 
@@ -28,6 +29,14 @@ struct MemoryStats {
   uint64_t requested = 0, requested_peak = 0;  // bytes asked for (unrounded)
   uint64_t num_allocs = 0, num_frees = 0, num_ooms = 0, num_alloc_retries = 0, num_cache_hits = 0;
   uint64_t active_blocks = 0, cached_blocks = 0;
+};
+
+// One block of the pool, for torch.tpu.memory._snapshot(): a live block (active) or a cached one.
+struct BlockInfo {
+  const void* ptr = nullptr;
+  uint64_t size = 0;       // rounded
+  uint64_t requested = 0;  // bytes asked for (live blocks)
+  bool active = false;
 };
 
 // Derives from c10::DeviceAllocator so that torch.accelerator.memory_* (which looks the
@@ -45,6 +54,8 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override;
 
   MemoryStats stats(c10::DeviceIndex device) const;
+  // Every block the device's pool holds (live and cached). Thread-safe; throws for a bad index.
+  std::vector<BlockInfo> blocks(c10::DeviceIndex device) const;
   void reset_peak(c10::DeviceIndex device);
   void reset_accumulated(c10::DeviceIndex device);
   // Returns cached (unused) blocks of a device to the system.

@@ -27,6 +27,7 @@
 #include "exec/metrics.h"
 #include "exec/mode.h"
 #include "exec/poison.h"
+#include "exec/profiler.h"
 
 namespace torch_tpu::exec {
 namespace {
@@ -397,7 +398,17 @@ struct ProgramWork final : device::Work {
   std::vector<c10::Storage> keep_alive;
   runtime::RngState rng;
   const OpInfo* op = nullptr;  // for the error message (null: a compiled graph)
+  c10::DeviceIndex device = 0;
+  c10::StreamId stream_id = 0;
   void run() override {
+    const int64_t start = profiler::enabled() ? profiler::now_ns() : 0;
+    run_program();
+    if (start != 0) {
+      profiler::record_program(op, nullptr, "", device, stream_id, start,
+                               profiler::binding_bytes(inputs, outputs, &program->reads_binding));
+    }
+  }
+  void run_program() {
     // A program queued before an earlier one failed may read its lost values (exec/poison.h):
     // what depends on them is lost; a runtime that cannot tell skips the program.
     std::optional<Loss> input_loss;
@@ -615,6 +626,7 @@ void execute(const std::shared_ptr<compiler::Program>& prog, const OpInfo& info,
 
 void run_cpu_fallback(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack) {
   std::string name = info.qualname + (info.overload.empty() ? "" : "." + info.overload);
+  if (profiler::enabled()) profiler::record_fallback(name);
   if (record_fallback(name)) {
     TORCH_WARN("torch_tpu: '", name, "' has no tpu lowering; running it on the CPU (TORCH_TPU_FALLBACK=cpu). "
                "This copies its inputs to the host and back.");
@@ -684,12 +696,19 @@ void launch_program(const std::shared_ptr<compiler::Program>& prog, std::vector<
     // On the calling thread: nothing is queued ahead of it, so the order is the queue's, and
     // the caller's references keep every tensor alive for the duration.
     runtime::ExecutionDeviceGuard on(device);
+    const int64_t start = profiler::enabled() ? profiler::now_ns() : 0;
     prog->executable->run(inputs, outputs, rng);
+    if (start != 0) {
+      profiler::record_program(op, nullptr, "", device, stream.id(), start,
+                               profiler::binding_bytes(inputs, outputs, &prog->reads_binding));
+    }
   } else {
     auto work = std::make_unique<ProgramWork>();
     work->program = prog;
     work->rng = rng;
     work->op = op;
+    work->device = device;
+    work->stream_id = stream.id();
     work->outputs = std::move(outputs);
     work->inputs = std::move(inputs);
     work->keep_alive.reserve(keep.size() + news.size());

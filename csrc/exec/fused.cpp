@@ -17,6 +17,7 @@
 #include "common/fork_guard.h"
 #include "device/device.h"
 #include "exec/metrics.h"
+#include "exec/profiler.h"
 #include "exec/mode.h"
 #include "exec/poison.h"
 #include "ir/printer.h"
@@ -726,8 +727,20 @@ struct FusedWork final : device::Work {
   std::vector<StorageWeak> written;
   std::vector<uint8_t> fresh;
   const char* cause = "";
+  c10::DeviceIndex device = 0;
+  c10::StreamId stream_id = 0;
 
   void run() override {
+    if (!profiler::enabled()) return run_graph();
+    const uint64_t bytes = profiler::binding_bytes(inputs, outputs);  // before run_and_release drops inputs
+    const int64_t start = profiler::now_ns();
+    run_graph();
+    const auto& st = program->stats;
+    profiler::record_program(nullptr, &ops, cause, device, stream_id, start, bytes, static_cast<uint64_t>(st.steps),
+                             static_cast<uint64_t>(st.clusters));
+  }
+
+  void run_graph() {
     // A graph queued before an earlier one failed may read its lost values: only what depends
     // on them is lost (the runtime computes the rest), or, on a runtime that cannot tell, the
     // graph is skipped and its new results are lost.
@@ -833,6 +846,8 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
   auto work = std::make_unique<FusedWork>();
   work->program = fp;
   work->cause = device::flush_cause_name(cause);
+  work->device = p.stream.device_index();
+  work->stream_id = p.stream.id();
   work->inputs.reserve(p.slots.size());
   for (size_t j = 0; j < p.slots.size(); ++j) {
     work->inputs.push_back(std::move(p.slots[j].binding));
@@ -1147,5 +1162,7 @@ std::vector<std::pair<std::string, uint64_t>> top_host_read_lines(size_t n) {
 }
 
 void set_source_line_hook(SourceLineHook hook) { g_source_line_hook = hook; }
+
+const std::string* current_source_line() { return g_source_line_hook != nullptr ? g_source_line_hook() : nullptr; }
 
 }  // namespace torch_tpu::exec

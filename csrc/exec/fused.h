@@ -72,5 +72,7 @@ std::vector<std::pair<std::string, uint64_t>> top_host_read_lines(size_t n);
 // (the pointer stays valid for the process), or null when there is no Python frame.
 using SourceLineHook = const std::string* (*)();
 void set_source_line_hook(SourceLineHook hook);
+// The hook's answer (takes the GIL), or null when no hook is installed or there is no frame.
+const std::string* current_source_line();
 
 }  // namespace torch_tpu::exec

@@ -13,4 +13,5 @@ void init_stablehlo_bindings(pybind11::module_& m);  // stablehlo_bindings.cpp: 
 void init_compile_bindings(pybind11::module_& m);    // compile_bindings.cpp: FX graphs compiled as one program
 void init_pjrt_bindings(pybind11::module_& m);       // pjrt_bindings.cpp: PJRT plugins, clients, memory stats
 void init_distributed_bindings(pybind11::module_& m);  // distributed_bindings.cpp: the tpu c10d backend
+void init_profiler_bindings(pybind11::module_& m);   // profiler_bindings.cpp: profile records, memory history
 }  // namespace torch_tpu::python

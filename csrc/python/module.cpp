@@ -15,4 +15,5 @@ PYBIND11_MODULE(_C, m) {
   torch_tpu::python::init_compile_bindings(m);
   torch_tpu::python::init_pjrt_bindings(m);
   torch_tpu::python::init_distributed_bindings(m);
+  torch_tpu::python::init_profiler_bindings(m);
 }

@@ -3,7 +3,8 @@
 * :func:`parity` (:mod:`torch_tpu.diagnose.parity`): run a model on CPU and on "tpu" module by
   module and name the first module, and the op inside it, whose outputs diverge.
 * :func:`report` (:mod:`torch_tpu.diagnose.report`): a ranked report of what made the code run
-  since it started slow (host syncs by source line, recompiles, CPU fallbacks, graph breaks).
+  since it started slow (host syncs by source line, recompiles, CPU fallbacks, graph breaks);
+  :func:`start`, :func:`stop` and :func:`profiling` bracket the code to profile.
 
 Submodules load on first use, so ``import torch_tpu`` pays nothing for them.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {"parity": "parity", "report": "report"}
+_LAZY = {"parity": "parity", "report": "report", "start": "report", "stop": "report", "profiling": "report"}
 
 
 def __getattr__(name: str) -> Any:
