@@ -36,7 +36,8 @@ def build_tokenizer(out: Path) -> None:
 
 def build_model(out: Path, arch: str = "llama", *, layers: int = 2, hidden: int = 128,
                 seed: int = 0) -> Path:
-    """Save a random-init `arch` ("llama" or "qwen2") checkpoint plus tokenizer into `out`."""
+    """Save a random-init `arch` ("llama" or "qwen2") checkpoint into `out`, its tokenizer into
+    `tokenizer_dir(out)`."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -53,8 +54,15 @@ def build_model(out: Path, arch: str = "llama", *, layers: int = 2, hidden: int 
     else:
         raise ValueError(f"unknown arch {arch!r} (llama or qwen2)")
     model.save_pretrained(out)
-    build_tokenizer(out)
+    # In a folder of its own: with the model's config.json beside it, transformers maps
+    # model_type "qwen2" to Qwen2Tokenizer, which ignores this vocabulary.
+    build_tokenizer(tokenizer_dir(out))
     return out
+
+
+def tokenizer_dir(model_dir: Path) -> Path:
+    """Where `build_model` saved the checkpoint's tokenizer."""
+    return Path(model_dir) / "tokenizer"
 
 
 def prompts(n: int, seed: int = 0, min_len: int = 3, max_len: int = 40) -> list[str]:
