@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32)
     args = ap.parse_args()
-    from conftest import offline_run
+    from vllm_helpers import offline_run
     from tiny_models import build_model
 
     with tempfile.TemporaryDirectory() as tmp:

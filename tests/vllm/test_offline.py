@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import offline_run
+pytest.importorskip("vllm.platforms", reason="needs vLLM: run with `make test-vllm` (.venv-vllm)")
+
+from vllm_helpers import offline_run
 from tiny_models import prompts
 
 

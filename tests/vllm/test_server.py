@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import child_env
+pytest.importorskip("vllm.platforms", reason="needs vLLM: run with `make test-vllm` (.venv-vllm)")
+
+from vllm_helpers import child_env
 from tiny_models import WORDS, prompts, tokenizer_dir
 
 MAX_MODEL_LEN = 128
