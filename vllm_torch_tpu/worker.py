@@ -1,0 +1,124 @@
+"""Worker and model runner for the "tpu" device.
+
+The honest route that vLLM's own CPU platform takes: reuse vLLM's V1 GPU model runner (input
+batching, scheduling glue, sampler) with a device of our own. Unlike the CPU runner, the
+device-side buffers stay on "tpu": token ids, positions, block tables and slot mappings are
+copied host -> tpu each step, the weights and the KV cache are tpu tensors, and sampling runs
+on tpu. `TpuWorker` takes vLLM's CPU worker's lifecycle (no CUDA graphs, no sleep mode) with
+torch.tpu's memory queries in place of the host's NUMA-node ones.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+import torch.nn as nn
+import torch_tpu  # noqa: F401
+
+from vllm.logger import init_logger
+from vllm.model_executor.model_loader import get_model
+from vllm.platforms import current_platform
+from vllm.utils.mem_utils import format_gib
+from vllm.utils.torch_utils import set_random_seed
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+from vllm.v1.worker.cpu_worker import CPUWorker
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+
+logger = init_logger(__name__)
+
+
+class TpuModelRunner(GPUModelRunner):
+    """vLLM's V1 model runner with its device tensors on "tpu"."""
+
+    def __init__(self, vllm_config, device: torch.device) -> None:  # noqa: ANN001
+        if device.type != "tpu":
+            raise ValueError(f"TpuModelRunner needs a tpu device, got {device}")
+        super().__init__(vllm_config, device)
+        self.use_cuda_graph = False
+
+    def load_model(self, load_dummy_weights: bool = False) -> None:
+        """Load the checkpoint straight onto the device (vLLM's loader, target device tpu)."""
+        if load_dummy_weights:
+            raise ValueError("TpuModelRunner: dummy weights (elastic EP scale-up) are not supported")
+        logger.info("Loading model %s onto %s", self.model_config.model, self.device)
+        self.model = get_model(vllm_config=self.vllm_config)
+        if self.lora_config:
+            raise NotImplementedError("TpuModelRunner: LoRA is not supported yet")
+
+    def get_model(self) -> nn.Module:
+        return self.model
+
+    def warming_up_model(self) -> None:
+        """Nothing to compile: the model runs eagerly (per-op programs are cached on first use)."""
+
+    def _sync_device(self) -> None:
+        torch.tpu.synchronize()
+
+    def _zero_block_ids(self, block_ids: list[int]) -> None:
+        """Zero newly allocated full-attention blocks (stale data under partial writes)."""
+        if not block_ids:
+            return
+        index = torch.tensor(block_ids, dtype=torch.int64, device=self.device)
+        seen: set[int] = set()
+        for group in self.kv_cache_config.kv_cache_groups:
+            if not isinstance(group.kv_cache_spec, FullAttentionSpec):
+                continue
+            for name in group.layer_names:
+                ctx = self.compilation_config.static_forward_context.get(name)
+                kv = getattr(ctx, "kv_cache", None)
+                if isinstance(kv, torch.Tensor) and kv.data_ptr() not in seen:
+                    seen.add(kv.data_ptr())
+                    kv.index_fill_(0, index, 0)
+
+    def _to_list(self, sampled_token_ids: torch.Tensor) -> list[list[int]]:
+        return sampled_token_ids.tolist()  # a host read: waits for the step's queued work
+
+
+class TpuWorker(CPUWorker):
+    """One engine worker on one tpu device."""
+
+    def __init__(self, vllm_config, local_rank: int, rank: int,  # noqa: ANN001
+                 distributed_init_method: str, is_driver_worker: bool = False) -> None:
+        # CPUWorker.__init__ binds host NUMA memory; we only want the base Worker's setup.
+        Worker.__init__(self, vllm_config, local_rank, rank, distributed_init_method,
+                        is_driver_worker=is_driver_worker)
+        self.parallel_config.disable_custom_all_reduce = True
+
+    def _maybe_get_memory_pool_context(self, tag: str) -> AbstractContextManager:
+        """No sleep-mode memory pool: weights and KV cache come from torch_tpu's allocator."""
+        return nullcontext()
+
+    def init_device(self) -> None:
+        self.device = torch.device("tpu", self.local_rank)
+        current_platform.set_device(self.device)
+        init_worker_distributed_environment(self.vllm_config, self.rank,
+                                            self.distributed_init_method, self.local_rank,
+                                            current_platform.dist_backend)
+        set_random_seed(self.model_config.seed)
+        self.model_runner = TpuModelRunner(self.vllm_config, self.device)
+
+    def determine_available_memory(self) -> int:
+        """KV cache bytes: `kv_cache_memory_bytes` if given (checked against free device
+        memory), else `gpu_memory_utilization` of the device's capacity less what is
+        allocated now (the weights)."""
+        free, total = torch.tpu.mem_get_info(self.device)
+        explicit = self.cache_config.kv_cache_memory_bytes
+        if explicit is not None:
+            if explicit > free:
+                raise ValueError(
+                    f"kv_cache_memory_bytes ({format_gib(explicit)} GiB) exceeds the free memory "
+                    f"of {self.device} ({format_gib(free)}/{format_gib(total)} GiB); lower it or "
+                    "raise TORCH_TPU_HOST_MEMORY")
+            return explicit
+        used = torch.tpu.memory_allocated(self.device)
+        budget = int(total * self.cache_config.gpu_memory_utilization) - used
+        if budget <= 0:
+            raise ValueError(
+                f"gpu_memory_utilization={self.cache_config.gpu_memory_utilization} of "
+                f"{self.device} ({format_gib(total)} GiB) leaves nothing for the KV cache after "
+                f"{format_gib(used)} GiB of weights; raise it or set kv_cache_memory_bytes")
+        logger.info("KV cache: %s GiB of %s (%s GiB allocated)", format_gib(budget), self.device,
+                    format_gib(used))
+        return budget
