@@ -1148,4 +1148,6 @@ std::vector<std::pair<std::string, uint64_t>> top_host_read_lines(size_t n) {
 
 void set_source_line_hook(SourceLineHook hook) { g_source_line_hook = hook; }
 
+const std::string* user_source_line() { return g_source_line_hook ? g_source_line_hook() : nullptr; }
+
 }  // namespace torch_tpu::exec

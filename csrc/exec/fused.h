@@ -72,5 +72,7 @@ std::vector<std::pair<std::string, uint64_t>> top_host_read_lines(size_t n);
 // (the pointer stays valid for the process), or null when there is no Python frame.
 using SourceLineHook = const std::string* (*)();
 void set_source_line_hook(SourceLineHook hook);
+// The hook's answer (null without a hook or a Python frame); for slow paths only.
+const std::string* user_source_line();
 
 }  // namespace torch_tpu::exec
