@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python bench/dynamic_shapes.py [--width 128] [--layers 2] [--steps 50]
          [--min-len 16] [--max-len 512] [--batch 2] [--variants cpu,inductor,strict,fused,compiled]
+         [--threads N]
 
 One process trains a randomly initialised Hugging Face GPT-2 (no hub access) with each variant,
 on the same 50 batches whose sequence lengths are drawn from [min-len, max-len] (seeded), and
@@ -105,7 +106,11 @@ def main() -> None:
     p.add_argument("--min-len", type=int, default=16)
     p.add_argument("--max-len", type=int, default=512)
     p.add_argument("--variants", default="cpu,inductor,strict,fused,compiled")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave torch's default); "
+                   "native CPU eager's OpenMP threads slow down 10x when another job shares the cores")
     a = p.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     data = batches(a.steps, a.batch, a.min_len, a.max_len)
     print(f"GPT-2 width {a.width}, {a.layers} layers, batch {a.batch}, {a.steps} steps, "
           f"{len({x.shape[1] for x in data})} distinct lengths in [{a.min_len}, {a.max_len}]", flush=True)

@@ -175,6 +175,21 @@ def _eager(gm: fx.GraphModule) -> Callable[[list], list]:
     return _boxed(run)
 
 
+def _eager_fused(gm: fx.GraphModule) -> Callable[[list], list]:
+    """gm's ATen ops recorded in fused mode (run as fused graphs when the call returns; debug
+    mode keeps running one op at a time): beyond TORCH_TPU_COMPILE_MAX_SHAPES a new shape costs
+    fused mode's graph composition from per-op programs, not a whole-graph lowering."""
+    from ..modes import get_mode, mode
+
+    def run(args: list) -> list:
+        if get_mode() == "debug":
+            return gm(*args)
+        with mode("fused"):
+            return gm(*args)
+
+    return _boxed(run)
+
+
 def _reshaping(gm: fx.GraphModule) -> fx.GraphModule:
     """A copy of gm whose ``view`` nodes are ``reshape``s, for running its ops eagerly: a tpu
     op may write its result in another layout than the traced one (products in their reader's
@@ -284,7 +299,7 @@ class _Specializing:
             warnings.warn(f"torch_tpu.compile: a dynamic-shape graph reached TORCH_TPU_COMPILE_MAX_SHAPES="
                           f"{max_shapes()} compiled shapes; calls with other shapes run its ops eagerly",
                           stacklevel=2)
-            self.over_limit = _eager(_reshaping(self.gm))
+            self.over_limit = _eager_fused(_reshaping(self.gm))
         return self.over_limit(args)
 
 
