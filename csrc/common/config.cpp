@@ -110,7 +110,8 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_COMPILE_MAX_SHAPES", "8",
        "torch.compile with dynamic shapes compiles one program per concrete input shape, for at "
        "most this many shapes per graph (each warns and counts as a specialization); calls with "
-       "further shapes run the graph's ops eagerly. Python: torch_tpu.compile.set_max_shapes()."},
+       "further shapes run the graph's ops eagerly, in fused mode (debug mode: one at a time). "
+       "Python: torch_tpu.compile.set_max_shapes()."},
       {"TORCH_TPU_LOG", "",
        "Comma-separated diagnostics printed to stderr as they happen: `recompiles` prints every "
        "recompilation (a per-op program compiled again for new input sizes, dtypes or strides, "

@@ -37,13 +37,14 @@ def test_sdpa_is_traced_with_a_symbolic_sequence_length():
     def attend(q):
         return F.scaled_dot_product_attention(q, q, q, is_causal=True)
 
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]  # Dynamo's counters outlive torch._dynamo.reset()
     compiled = torch.compile(attend, backend="tpu", dynamic=True)
     for n in _lengths():
         q = torch.randn(2, 2, n, 8)
         torch.testing.assert_close(compiled(q.to("tpu")).cpu(), attend(q), rtol=1e-5, atol=1e-5)
-    from torch._dynamo.utils import counters
-
-    assert counters["stats"]["unique_graphs"] == 1, "a length-specialized SDPA recompiled per length"
+    assert counters["stats"]["unique_graphs"] - graphs == 1, "a length-specialized SDPA recompiled per length"
     events = torch_tpu.metrics()["recompiles"]["recent"]
     assert not [e for e in events if "compile #" in e["what"]], events  # no Dynamo re-capture
     # Each new length specializes the one graph, naming the sizes that changed.
