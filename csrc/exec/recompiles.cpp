@@ -86,29 +86,42 @@ std::string explain(const std::vector<InputSig>& was, const std::vector<InputSig
 
 void note_eager_miss(const OpInfo& info, const CallState& st) {
   State& s = state();
-  std::vector<InputSig> sig = signature(st);
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto [it, fresh] = s.last.try_emplace(&info, std::move(sig));
-  if (fresh) return;  // the op's first compile
   std::vector<InputSig> now = signature(st);
-  RecompileEvent e{"eager_op", info.qualname + (info.overload.empty() ? "" : "." + info.overload),
-                   explain(it->second, now), ""};
-  it->second = std::move(now);
+  RecompileEvent e{"eager_op", info.qualname + (info.overload.empty() ? "" : "." + info.overload), "", ""};
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.last.find(&info);
+    if (it == s.last.end()) {  // the op's first compile
+      s.last.emplace(&info, std::move(now));
+      return;
+    }
+    e.reason = explain(it->second, now);
+    it->second = std::move(now);
+  }
+  // Without the lock: the hook takes the GIL, and a Python thread reading the stats holds the
+  // GIL while it waits for the lock.
   if (const std::string* line = user_source_line()) e.source = *line;
-  read_settings(s);
-  s.count++;
-  s.by_op[e.what]++;
-  if (s.log) std::cerr << "[torch_tpu recompile] " << e.kind << " " << e.what << ": " << e.reason
-                       << (e.source.empty() ? "" : " at " + e.source) << "\n" << std::flush;
-  if (s.warn > 0 && !s.warned && s.count > static_cast<uint64_t>(s.warn)) {
-    s.warned = true;
-    TORCH_WARN("torch_tpu: ", s.count, " eager programs were recompiled for new input shapes, dtypes or strides "
-               "(TORCH_TPU_RECOMPILE_WARN=", s.warn, "); the latest: ", e.what, ": ", e.reason,
+  bool warn_now = false;
+  uint64_t count = 0;
+  int64_t limit = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    read_settings(s);
+    count = ++s.count;
+    limit = s.warn;
+    s.by_op[e.what]++;
+    if (s.log) std::cerr << "[torch_tpu recompile] " << e.kind << " " << e.what << ": " << e.reason
+                         << (e.source.empty() ? "" : " at " + e.source) << "\n" << std::flush;
+    if (limit > 0 && !s.warned && count > static_cast<uint64_t>(limit)) warn_now = s.warned = true;
+    s.recent.push_back(e);
+    if (s.recent.size() > kRecentEvents) s.recent.pop_front();
+  }
+  if (warn_now) {
+    TORCH_WARN("torch_tpu: ", count, " eager programs were recompiled for new input shapes, dtypes or strides "
+               "(TORCH_TPU_RECOMPILE_WARN=", limit, "); the latest: ", e.what, ": ", e.reason,
                e.source.empty() ? "" : " at " + e.source,
                ". torch_tpu.metrics()['recompiles'] counts them by reason; TORCH_TPU_LOG=recompiles prints each.");
   }
-  s.recent.push_back(std::move(e));
-  if (s.recent.size() > kRecentEvents) s.recent.pop_front();
 }
 
 RecompileStats recompile_stats() {
