@@ -37,6 +37,7 @@ from . import compile  # noqa: E402  (registers torch.compile(backend="tpu"); Dy
 from . import distributed  # noqa: E402  (registers the "tpu" torch.distributed backend)
 from .config import env_vars  # noqa: E402
 from .modes import get_mode, mode, set_mode  # noqa: E402
+from .compile.recompiles import set_recompile_log, set_recompile_warn  # noqa: E402
 from .runtime_info import (  # noqa: E402
     cache_stats,
     fallback_enabled,
@@ -115,4 +116,4 @@ __version__ = "0.1.0"
 
 __all__ = ["get_mode", "set_mode", "mode", "metrics", "reset_metrics", "set_fallback", "fallback_enabled",
            "sync", "env_vars", "set_debug_fusion", "cache_stats", "compile",
-           "wait_native_kernels"]
+           "wait_native_kernels", "set_recompile_log", "set_recompile_warn"]

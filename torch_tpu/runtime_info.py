@@ -22,7 +22,11 @@ def metrics() -> dict[str, Any]:
     threads blocked in a wait ran for a stream's worker (TORCH_TPU_HOST_HELP_SPIN_US);
     ``native_kernels`` is the host runtime's native tier for fused clusters (kernels requested,
     loaded and failed, background compiler seconds, the last failure;
-    TORCH_TPU_NATIVE_KERNELS)."""
+    TORCH_TPU_NATIVE_KERNELS); ``recompiles`` is the recompile explainer
+    (torch_tpu/compile/recompiles.py): every recompilation of an eager per-op program or a
+    compiled graph, with its reason (which size, dtype or stride changed; the failed guard) and
+    the user's source line (TORCH_TPU_LOG=recompiles prints each)."""
+    from .compile import recompiles
     from .compile import stats as compile_stats
 
     out = _C._metrics()
@@ -32,6 +36,7 @@ def metrics() -> dict[str, Any]:
     out["host_scratch"] = _C._host_scratch_stats()
     out["host_threads"] = _C._host_thread_stats()
     out["native_kernels"] = _C._native_kernel_stats()
+    out["recompiles"] = recompiles.summary()
     return out
 
 
@@ -53,11 +58,13 @@ def wait_native_kernels(timeout: float = 120.0) -> bool:
 
 
 def reset_metrics() -> None:
+    from .compile import recompiles
     from .compile import reset_stats as reset_compile_stats
 
     _C._reset_metrics()
     _C._reset_fused_metrics()
     reset_compile_stats()
+    recompiles.reset()
 
 
 def set_debug_fusion(enabled: bool = True) -> None:

@@ -24,7 +24,10 @@ constexpr int64_t kFlashAttention = 1;
 int64_t choose_sdp(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
                    double dropout_p, bool /*is_causal*/, std::optional<double> /*scale*/, bool enable_gqa) {
   const bool four_d = q.dim() == 4 && k.dim() == 4 && v.dim() == 4;
-  const bool same_heads = four_d && q.size(1) == k.size(1) && k.size(1) == v.size(1) && !enable_gqa;
+  // sym_size: under Dynamo the tensors are fake with symbolic sizes, and size() would turn every
+  // size of q into a guard (a recompile per sequence length); comparing the heads guards only that.
+  const bool same_heads =
+      four_d && q.sym_size(1) == k.sym_size(1) && k.sym_size(1) == v.sym_size(1) && !enable_gqa;
   const bool same_dtype =
       q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type() && at::isFloatingType(q.scalar_type());
   const bool mask_ok = !mask.has_value() || !mask->defined() || !mask->requires_grad();

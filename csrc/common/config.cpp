@@ -110,7 +110,17 @@ const std::vector<EnvVar>& registry() {
       {"TORCH_TPU_COMPILE_MAX_SHAPES", "8",
        "torch.compile with dynamic shapes compiles one program per concrete input shape, for at "
        "most this many shapes per graph (each warns and counts as a specialization); calls with "
-       "further shapes run the graph's ops eagerly. Python: torch_tpu.compile.set_max_shapes()."},
+       "further shapes run the graph's ops eagerly, in fused mode (debug mode: one at a time). "
+       "Python: torch_tpu.compile.set_max_shapes()."},
+      {"TORCH_TPU_LOG", "",
+       "Comma-separated diagnostics printed to stderr as they happen: `recompiles` prints every "
+       "recompilation (a per-op program compiled again for new input sizes, dtypes or strides, "
+       "with the user's source line; a torch.compile graph recompiled by Dynamo or specialized "
+       "for new shapes, with the guard or shapes that changed). Python: torch_tpu.set_recompile_log()."},
+      {"TORCH_TPU_RECOMPILE_WARN", "100",
+       "Warn once when this many recompilations (counted in torch_tpu.metrics()['recompiles']: eager "
+       "per-op programs and torch.compile graphs, each kind against this count) have happened; "
+       "`0` never warns. Python: torch_tpu.set_recompile_warn()."},
       {"TORCH_TPU_VERIFY", "0", "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
   };
   return vars;

@@ -23,6 +23,7 @@
 #include "exec/call.h"
 #include "exec/disk_tier.h"
 #include "exec/fused.h"
+#include "exec/recompiles.h"
 #include "exec/launch.h"
 #include "exec/metrics.h"
 #include "exec/mode.h"
@@ -763,6 +764,7 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     metrics().cache_hits++;
   } else {
     metrics().cache_misses++;
+    note_eager_miss(info, st);  // the recompile explainer: only on a miss
     TPU_CHECK(g_compile_hook != nullptr, "torch_tpu is not initialised: import torch_tpu first");
     auto start = std::chrono::steady_clock::now();
     auto add_compile_time = [&] {

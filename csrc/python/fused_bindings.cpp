@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "exec/fused.h"
+#include "exec/recompiles.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
@@ -123,6 +124,30 @@ void init_fused_bindings(py::module_& m) {
     return d;
   });
   m.def("_reset_fused_metrics", [] { exec::reset_fused_stats(); });
+  // The eager recompile explainer (exec/recompiles.h).
+  m.def("_eager_recompiles", [] {
+    exec::RecompileStats s = exec::recompile_stats();
+    py::dict d, by_op;
+    for (const auto& [op, n] : s.by_op) by_op[py::str(op)] = n;
+    py::list recent;
+    for (const auto& e : s.recent) {
+      py::dict r;
+      r["kind"] = e.kind;
+      r["what"] = e.what;
+      r["reason"] = e.reason;
+      r["source"] = e.source.empty() ? py::object(py::none()) : py::object(py::str(e.source));
+      recent.append(r);
+    }
+    d["count"] = s.count;
+    d["by_op"] = by_op;
+    d["recent"] = recent;
+    return d;
+  });
+  m.def("_reset_eager_recompiles", [] { exec::reset_recompile_stats(); });
+  m.def("_set_recompile_log", [](bool on) { exec::set_recompile_log(on); });
+  m.def("_recompile_log", [] { return exec::recompile_log(); });
+  m.def("_set_recompile_warn", [](int64_t n) { exec::set_recompile_warn(n); });
+  m.def("_recompile_warn", [] { return exec::recompile_warn(); });
 }
 
 }  // namespace torch_tpu::python

@@ -175,6 +175,40 @@ def _eager(gm: fx.GraphModule) -> Callable[[list], list]:
     return _boxed(run)
 
 
+def _eager_fused(gm: fx.GraphModule) -> Callable[[list], list]:
+    """gm's ATen ops recorded in fused mode (run as fused graphs when the call returns; debug
+    mode keeps running one op at a time): beyond TORCH_TPU_COMPILE_MAX_SHAPES a new shape costs
+    fused mode's graph composition from per-op programs, not a whole-graph lowering."""
+    from ..modes import get_mode, mode
+
+    def run(args: list) -> list:
+        if get_mode() == "debug":
+            return gm(*args)
+        with mode("fused"):
+            return gm(*args)
+
+    return _boxed(run)
+
+
+def _reshaping(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of gm whose ``view`` nodes are ``reshape``s, for running its ops eagerly: a tpu
+    op may write its result in another layout than the traced one (products in their reader's
+    layout, computed views returned as saved activations), where ``view`` raises and
+    ``reshape`` copies. AOTAutograd's graphs are functional, so no node relies on the alias."""
+    views = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
+    if not any(n.op == "call_function" and n.target in views for n in gm.graph.nodes):
+        return gm
+    graph = fx.Graph()
+    output = graph.graph_copy(gm.graph, {})
+    graph.output(output)
+    out = fx.GraphModule(gm, graph)
+    for n in out.graph.nodes:
+        if n.op == "call_function" and n.target in views:
+            n.target = torch.ops.aten.reshape.default
+    out.recompile()
+    return out
+
+
 _max_shapes: int | None = None
 
 
@@ -212,6 +246,15 @@ def _describe(sig: tuple) -> str:
     return ", ".join(one(s) for s in sig)
 
 
+def _changes(was: tuple, now: tuple) -> str:
+    """Which inputs' shapes or size values differ between two signatures, in words."""
+    if len(was) != len(now):
+        return f"{len(was)} -> {len(now)} inputs"
+    diffs = [f"input {i} {_describe((a,))} -> {_describe((b,))}" for i, (a, b) in enumerate(zip(was, now)) if a != b]
+    more = f" (and {len(diffs) - 4} more)" if len(diffs) > 4 else ""
+    return ", ".join(diffs[:4]) + more
+
+
 class _Specializing:
     """A graph with symbolic shapes: one program per concrete input signature, made at first use.
 
@@ -245,8 +288,8 @@ class _Specializing:
             counters().specializations += 1
             if self.programs:
                 record_recompile("a dynamic-shape graph for new input shapes",
-                                 f"input shapes ({_describe(sig)}); {len(self.programs) + 1} of at most "
-                                 f"{max_shapes()} (TORCH_TPU_COMPILE_MAX_SHAPES)")
+                                 f"{_changes(next(iter(self.programs)), sig)}; {len(self.programs) + 1} of at most "
+                                 f"{max_shapes()} (TORCH_TPU_COMPILE_MAX_SHAPES)", _source_line(self.gm))
             run = self.programs[sig] = _runner(self.gm, prog)
         return run(args)
 
@@ -256,7 +299,7 @@ class _Specializing:
             warnings.warn(f"torch_tpu.compile: a dynamic-shape graph reached TORCH_TPU_COMPILE_MAX_SHAPES="
                           f"{max_shapes()} compiled shapes; calls with other shapes run its ops eagerly",
                           stacklevel=2)
-            self.over_limit = _eager(self.gm)
+            self.over_limit = _eager_fused(_reshaping(self.gm))
         return self.over_limit(args)
 
 
@@ -316,7 +359,16 @@ def _note_recompile(gm: fx.GraphModule) -> None:
     except (ImportError, AttributeError):  # another torch version: the count still holds
         pass
     record_recompile(f"{_frame_name(gm)} (compile #{cid.frame_compile_id} of this frame)",
-                     reason or "guard failure (reason not reported by this torch version)")
+                     reason or "guard failure (reason not reported by this torch version)", _source_line(gm))
+
+
+def _source_line(gm: fx.GraphModule) -> str | None:
+    """'file:line' of the user's code that the graph's first traced node came from."""
+    for node in gm.graph.nodes:
+        found = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
+        if found:
+            return f"{found[-1][0]}:{found[-1][1]}"
+    return None
 
 
 def _frame_name(gm: fx.GraphModule) -> str:

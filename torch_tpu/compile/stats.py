@@ -43,9 +43,13 @@ def record_fallback(op: str, reason: str) -> None:
         warnings.warn(f"torch_tpu.compile: graph runs with eager ops: cannot lower {reason}", stacklevel=2)
 
 
-def record_recompile(where: str, reason: str) -> None:
-    """Counts a recompile and warns (Python's warning filter shows each message once)."""
+def record_recompile(where: str, reason: str, source: str | None = None) -> None:
+    """Counts a recompile and warns (Python's warning filter shows each message once); also
+    recorded by the recompile explainer (recompiles.py) with the user's source line."""
+    from . import recompiles
+
     reason = reason[:_REASON_CHARS]
+    recompiles.record(where, reason, source)
     _STATS.recompiles += 1
     _STATS.recompile_reasons[reason] = _STATS.recompile_reasons.get(reason, 0) + 1
     warnings.warn(f"torch_tpu.compile: recompiling {where}: {reason} (recompiles so far: {_STATS.recompiles}; "
