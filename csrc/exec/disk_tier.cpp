@@ -1,5 +1,6 @@
 #include "exec/disk_tier.h"
 
+#include <algorithm>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -78,8 +79,18 @@ std::vector<int64_t> stable_key(const c10::OperatorHandle& op, const CallState& 
   const auto& schema = op.schema();
   std::string id = schema.name() + "." + schema.overload_name();
   {
+    // A user lowering of any overload of the op's functional form counts: `gelu.out` and
+    // `gelu_` run the lowering registered for `gelu` (the functional variant, written back).
+    std::string base = schema.name();
+    if (!base.empty() && base.back() == '_') base.pop_back();
+    base += ".";
     std::lock_guard<std::mutex> lock(g_fingerprints_mutex);
-    if (auto it = fingerprints().find(id); it != fingerprints().end()) id += "\nlowering " + it->second;
+    std::vector<std::string> used;
+    for (const auto& [name, fingerprint] : fingerprints()) {
+      if (name.compare(0, base.size(), base) == 0) used.push_back(name + " " + fingerprint);
+    }
+    std::sort(used.begin(), used.end());  // the map's order is not stable across processes
+    for (const std::string& u : used) id += "\nlowering " + u;
   }
   id += "\n" + c10::toString(schema);
   std::vector<int64_t> key = st.key;

@@ -158,3 +158,38 @@ def test_cache_stats_in_this_process() -> None:
     if stats["enabled"]:
         assert stats["directory"].startswith(os.environ["TORCH_TPU_CACHE_DIR"])
     assert stats["max_bytes"] == 1 << 30 or "TORCH_TPU_CACHE_MAX_BYTES" in os.environ
+
+
+# gelu on a tpu tensor arrives as aten::gelu.out (a structured op), which runs the lowering
+# registered for aten::gelu: a replaced lowering must change that call's disk key too.
+GELU_CHILD = textwrap.dedent(
+    """
+    import json, sys, torch, torch_tpu
+    from torch_tpu.lowering import registry
+    if sys.argv[1] == "planted":
+        orig = registry.LOWERINGS[registry.op_key(torch.ops.aten.gelu.default)]
+        def gelu_plus_half(b, x, approximate="none"):
+            y = orig(b, x, approximate)
+            return b.binary("add", y, b.full(0.5, y.dtype, y.shape))
+        registry.register_lowering(torch.ops.aten.gelu.default)(gelu_plus_half)
+    x = torch.linspace(-2, 2, 128).reshape(4, 32)
+    diff = (torch.nn.functional.gelu(x.to("tpu")).cpu() - torch.nn.functional.gelu(x)).abs().max().item()
+    print(json.dumps({"diff": diff}))
+    """
+)
+
+
+def _gelu_diff(cache_dir: Path, which: str) -> float:
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(cache_dir))
+    proc = subprocess.run([sys.executable, "-c", GELU_CHILD, which], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])["diff"]
+
+
+@pytest.mark.parametrize("first", ["clean", "planted"])
+def test_a_replaced_lowering_never_shares_disk_entries_with_the_original(tmp_path: Path, first: str) -> None:
+    expected = {"clean": 0.0, "planted": 0.5}
+    second = "planted" if first == "clean" else "clean"
+    for which in (first, second, first):
+        assert _gelu_diff(tmp_path, which) == pytest.approx(expected[which], abs=1e-6), which
