@@ -213,3 +213,17 @@ def test_compiled_sort_of_0d_checks_dim(op: Callable[..., Any]) -> None:
     for mode in ("strict", "fused"):
         _same(op, x, mode=mode)
     assert _same(lambda a: torch.sort(a, dim=-1), x, mode="strict")[0].item() == 1.5
+
+
+# -- index_select from a size-0 dim (10,000-case run: seeds 2224, 3946, 4012, 7091, 7425) -------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_index_select_from_an_empty_dim(mode: str) -> None:
+    _same(lambda a, i: torch.index_select(a, 0, i), torch.zeros(0, 3), torch.tensor([0]), mode=mode)
+    _same(lambda a, i: torch.index_select(a, 1, i), torch.zeros(0, 3, 0, dtype=torch.int32),
+          torch.tensor([0, 0, 0]), mode=mode)  # self has no elements at all: CPU still refuses
+    out = _same(lambda a, i: torch.index_select(a, 0, i), torch.zeros(0, 3), torch.zeros(0, dtype=torch.long),
+                mode=mode)
+    assert out.shape == (0, 3)
+    out = _same(lambda a, i: torch.index_select(a, 0, i), torch.zeros(3, 0), torch.tensor([2, 0]), mode=mode)
+    assert out.shape == (2, 0)
