@@ -1,11 +1,12 @@
 // PrivateUse1HooksInterface: how PyTorch core asks about the tpu backend (availability,
 // generators, pinned memory, device of a pointer, storage resizing).
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 
 #include <cstring>
 #include <mutex>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "common/check.h"
 #include "device/allocator.h"
@@ -19,8 +20,10 @@ namespace {
 
 // Pinned host memory: page-locking buys nothing on the host runtime, but PyTorch's contract
 // (is_pinned, DataLoader pin_memory, non_blocking copies) needs a distinct allocator whose
-// pointers we recognise.
-class PinnedAllocator final : public c10::Allocator {
+// pointers we recognise. It is also the device's host allocator (torch.accelerator's
+// empty_host_cache and host memory stats ask for one; without it they dereference null).
+// Nothing is cached: every block goes back to the system when its tensor dies.
+class PinnedAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     void* p = nbytes ? std::aligned_alloc(64, (nbytes + 63) / 64 * 64) : nullptr;
@@ -28,12 +31,39 @@ class PinnedAllocator final : public c10::Allocator {
                      " bytes of pinned host memory");
     if (p) {
       std::lock_guard<std::mutex> g(mu_);
-      live_.insert(p);
+      live_.emplace(p, nbytes);
+      stats_.active_requests.increase(1);
+      stats_.active_bytes.increase(nbytes);
+      stats_.allocations.increase(1);
+      stats_.allocated_bytes.increase(nbytes);
+      ++stats_.num_host_alloc;
     }
     return c10::DataPtr(p, p, &PinnedAllocator::release, c10::Device(c10::DeviceType::CPU));
   }
   c10::DeleterFnPtr raw_deleter() const override { return &PinnedAllocator::release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+
+  // Copies from pinned memory finish before the copy returns (host runtime) or hold the
+  // storage (queued work owns its tensors), so a block never needs an event to outlive them.
+  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override { return true; }
+  void empty_cache() override {}  // nothing cached
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> g(mu_);
+    return stats_;
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto* st : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes}) {
+      st->reset_accumulated();
+    }
+    stats_.num_host_alloc = stats_.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto* st : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes}) {
+      st->reset_peak();
+    }
+  }
 
   bool is_pinned(const void* p) {
     std::lock_guard<std::mutex> g(mu_);
@@ -48,13 +78,22 @@ class PinnedAllocator final : public c10::Allocator {
   static void release(void* p) {
     if (!p) return;
     {
-      std::lock_guard<std::mutex> g(get().mu_);
-      get().live_.erase(p);
+      PinnedAllocator& a = get();
+      std::lock_guard<std::mutex> g(a.mu_);
+      if (auto it = a.live_.find(p); it != a.live_.end()) {
+        a.stats_.active_requests.decrease(1);
+        a.stats_.active_bytes.decrease(it->second);
+        a.stats_.allocations.decrease(1);
+        a.stats_.allocated_bytes.decrease(it->second);
+        ++a.stats_.num_host_free;
+        a.live_.erase(it);
+      }
     }
     std::free(p);
   }
   std::mutex mu_;
-  std::unordered_set<const void*> live_;
+  std::unordered_map<const void*, size_t> live_;  // guarded by mu_
+  at::HostStats stats_;                            // guarded by mu_
 };
 
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
@@ -118,7 +157,10 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
 };
 
 struct Registrar {
-  Registrar() { at::RegisterPrivateUse1HooksInterface(new TpuHooks()); }
+  Registrar() {
+    at::RegisterPrivateUse1HooksInterface(new TpuHooks());
+    at::setHostAllocator(c10::DeviceType::PrivateUse1, &PinnedAllocator::get());
+  }
 } registrar;
 
 }  // namespace

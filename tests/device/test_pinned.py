@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -72,3 +75,20 @@ def test_dataloader_pin_memory_dict_batches() -> None:
     for b in batches:
         assert b["x"].is_pinned() and b["i"].is_pinned()
     assert batches[1]["x"].to("tpu", non_blocking=True).sum().item() == (3 + 4 + 5) * 3
+
+
+def test_the_host_allocator_is_registered_for_the_device() -> None:
+    # torch.accelerator.empty_host_cache() asks the device type's host allocator; with none
+    # registered it dereferenced null (vLLM calls it at shutdown). Run in a child: a crash must
+    # fail the test, not the test run.
+    code = (
+        "import torch, torch_tpu\n"
+        "x = torch.ones(3, device='tpu') + 1\n"
+        "p = torch.arange(1000.0).pin_memory()\n"
+        "assert p.is_pinned()\n"
+        "torch.accelerator.empty_host_cache()\n"
+        "assert torch.equal(p, torch.arange(1000.0)) and torch.equal(x.cpu(), torch.full((3,), 2.0))\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])
