@@ -31,6 +31,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  // assertions on device values (aten/assertions.cpp)
+  m.impl("_assert_async", TORCH_FN(assert_async));
+  m.impl("_assert_async.msg", TORCH_FN(assert_async_msg));
+  m.impl("_functional_assert_async.msg", TORCH_FN(functional_assert_async_msg));
+  m.impl("_make_dep_token", TORCH_FN(make_dep_token));
   // data-dependent shapes
   m.impl("nonzero", TORCH_FN(nonzero));
   m.impl("masked_select", TORCH_FN(masked_select));
