@@ -110,6 +110,7 @@ c10::DataPtr DeviceAllocator::allocate(size_t nbytes) { return allocate_on(curre
 
 c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes) {
   check_not_in_bad_fork();
+  mark_initialized();
   c10::Device dev(c10::DeviceType::PrivateUse1, device);
   Pool& p = pool(device);
   if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, nullptr, dev);
