@@ -16,6 +16,7 @@
 #include <ATen/native/transformers/attention.h>
 
 #include "aten/kernels.h"
+#include "exec/call.h"
 
 namespace torch_tpu::aten {
 namespace {
@@ -48,6 +49,32 @@ void fused_sdp_choice(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   torch::jit::drop(*stack, op.schema().arguments().size());
   torch::jit::push(*stack, choice);
 }
+
+namespace {
+
+// [B, H, L, D] values laid out as [B, L, H, D] in memory (heads inside positions).
+at::Tensor heads_inside(const at::Tensor& t) {
+  if (!t.defined() || t.dim() != 4 || t.transpose(1, 2).is_contiguous()) return t;
+  return t.transpose(1, 2).contiguous().transpose(1, 2);
+}
+
+}  // namespace
+
+// The efficient-attention ops lay out the attention output and the q/k/v gradients with the
+// heads inside the positions, as CUDA's kernels and PyTorch's meta functions do: DTensor plans
+// `out.transpose(1, 2).view(B, L, -1)` on those strides, and the view must hold on the real
+// tensor. The lowering gives dense results; the first `n` are copied into that layout.
+template <size_t n>
+void efficient_attention(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/, torch::jit::Stack* stack) {
+  exec::run_lowered(op, stack);
+  const size_t returns = op.schema().returns().size();
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& v = (*stack)[stack->size() - returns + i];
+    if (v.isTensor()) v = heads_inside(v.toTensor());
+  }
+}
+template void efficient_attention<1>(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack*);
+template void efficient_attention<3>(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack*);
 
 }  // namespace torch_tpu::aten
 

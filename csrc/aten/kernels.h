@@ -61,6 +61,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
 c10::Scalar local_scalar_dense(const at::Tensor& self);
 
+// attention.cpp: _scaled_dot_product_efficient_attention (n = 1) and its backward (n = 3)
+template <size_t n>
+void efficient_attention(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
 // assertions.cpp
 void assert_async(const at::Tensor& self);
 void assert_async_msg(const at::Tensor& self, c10::string_view assert_msg);

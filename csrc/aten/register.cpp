@@ -65,6 +65,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   }
   // attention backend choice; nn.TransformerEncoder's nested-tensor step (aten/nested.cpp)
   m.impl("_fused_sdp_choice", torch::CppFunction::makeFromBoxedFunction<&fused_sdp_choice>());
+  m.impl("_scaled_dot_product_efficient_attention",
+         torch::CppFunction::makeFromBoxedFunction<&efficient_attention<1>>());
+  m.impl("_scaled_dot_product_efficient_attention_backward",
+         torch::CppFunction::makeFromBoxedFunction<&efficient_attention<3>>());
   m.impl("_nested_tensor_from_mask_left_aligned", TORCH_FN(nested_tensor_from_mask_left_aligned));
   m.impl("_nested_tensor_from_mask", TORCH_FN(nested_tensor_from_mask));
 }

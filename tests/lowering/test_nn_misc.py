@@ -254,6 +254,8 @@ def test_efficient_attention_ops_match_the_cpu_flash_kernel(causal: bool, bias: 
     tout, tlse, seed, offset = aten._scaled_dot_product_efficient_attention(t(q), t(k), t(v), t(m), True, 0.0, causal)
     assert tlse.shape == (2, 3, -(-L // 32) * 32) and tlse.dtype == torch.float32
     assert seed.shape == () and offset.shape == () and seed.dtype == torch.int64
+    # Heads inside positions in memory, as the meta function (and DTensor's plans) say.
+    assert tout.transpose(1, 2).is_contiguous()
     torch.testing.assert_close(tout.cpu(), out)
     torch.testing.assert_close(tlse.cpu()[..., :L], lse)
     _, empty, _, _ = aten._scaled_dot_product_efficient_attention(t(q), t(k), t(v), t(m), False, 0.0, causal)
@@ -261,6 +263,7 @@ def test_efficient_attention_ops_match_the_cpu_flash_kernel(causal: bool, bias: 
     grads = aten._scaled_dot_product_efficient_attention_backward(
         t(go), t(q), t(k), t(v), t(m), tout, tlse, seed, offset, 0.0, [True, True, True, bias], causal)
     for g, e in zip(grads[:3], (dq, dk, dv)):
+        assert g.transpose(1, 2).is_contiguous()
         torch.testing.assert_close(g.cpu(), e)
     if bias:  # d(loss)/d(mask) = the scores' gradient, checked against autograd on CPU
         mm = m.clone().requires_grad_()
