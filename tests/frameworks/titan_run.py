@@ -47,6 +47,13 @@ def main() -> None:
         torch.distributed.set_timeout = _set_pg_timeout
     if args.device == "cpu":
         _cpu_as_device_type()
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # FSDP2 reduce-scatters with PREMUL_SUM, which Gloo lacks: the CPU reference's
+            # collectives go through the tpu process-group backend, which takes CPU tensors
+            # (its collectives are checked against Gloo in tests/distributed).
+            import torch_tpu  # noqa: F401
+
+            torch.distributed.Backend.default_device_backend_map["cpu"] = "tpu"
     else:
         import torch_tpu
 
@@ -65,6 +72,10 @@ def main() -> None:
     cfg.checkpoint.enable = False
     cfg.validator.enable = False
     cfg.metrics.log_freq = 1
+    # TorchTitan 0.3.0's default SPMD backend ("spmd_types") hands fully_shard arguments only a
+    # torch newer than 2.13 takes; "partial_dtensor" is its DTensor path for model-parallel axes
+    # with FSDP2 as torch 2.13 has it.
+    cfg.parallelism.spmd_backend = "partial_dtensor"
     cfg.dump_folder = os.path.join(os.path.dirname(os.path.abspath(args.out)), "titan_dump")
     cfg.activation_checkpoint = None
     if args.mode == "compiled":
