@@ -86,7 +86,8 @@ format:
 # Training frameworks (docs/frameworks.md): a venv of its own with TorchTitan and Accelerate from
 # PyPI (torch pinned to ours), torch_tpu installed editable from the same `build/` (setup.py's
 # build_ext runs `cmake --build build --target _C`, a no-op when `make build` is current: one
-# extension for the one torch both venvs share). Not part of .ci/run (CI time): run by hand
+# extension for the one torch both venvs share); triton because TorchTitan 0.3.0 imports it. Not
+# part of .ci/run (CI time): run by hand
 # after changes to distributed, attention, assertions, device discovery or the integrations.
 FRAMEWORKS_VENV ?= .venv-frameworks
 FRAMEWORKS_PY   := $(FRAMEWORKS_VENV)/bin/python
@@ -94,7 +95,7 @@ FRAMEWORKS_PY   := $(FRAMEWORKS_VENV)/bin/python
 $(FRAMEWORKS_VENV)/.deps:
 	test -x $(FRAMEWORKS_PY) || python3 -m venv $(FRAMEWORKS_VENV)
 	nice $(FRAMEWORKS_PY) -m pip install -q --upgrade pip
-	nice $(FRAMEWORKS_PY) -m pip install -q torch==2.13.0 torchtitan==0.3.0 accelerate==1.15.0 \
+	nice $(FRAMEWORKS_PY) -m pip install -q torch==2.13.0 torchtitan==0.3.0 triton==3.9.0 accelerate==1.15.0 \
 	  transformers==5.24.0 safetensors==0.8.0 numpy pytest pytest-timeout ninja
 	touch $@
 
