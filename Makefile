@@ -108,5 +108,31 @@ $(VLLM_VENV)/.installed: $(VLLM_VENV)/.deps vllm_torch_tpu/pyproject.toml | buil
 test-vllm: $(VLLM_VENV)/.installed
 	$(VLLM_PY) -m pytest tests/vllm -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# Training frameworks (docs/frameworks.md): a venv of its own with TorchTitan and Accelerate from
+# PyPI (torch pinned to ours), torch_tpu installed editable from the same `build/` (setup.py's
+# build_ext runs `cmake --build build --target _C`, a no-op when `make build` is current: one
+# extension for the one torch both venvs share); triton because TorchTitan 0.3.0 imports it. Not
+# part of .ci/run (CI time): run by hand
+# after changes to distributed, attention, assertions, device discovery or the integrations.
+FRAMEWORKS_VENV ?= .venv-frameworks
+FRAMEWORKS_PY   := $(FRAMEWORKS_VENV)/bin/python
+.PHONY: test-frameworks bench-frameworks
+$(FRAMEWORKS_VENV)/.deps:
+	test -x $(FRAMEWORKS_PY) || python3 -m venv $(FRAMEWORKS_VENV)
+	nice $(FRAMEWORKS_PY) -m pip install -q --upgrade pip
+	nice $(FRAMEWORKS_PY) -m pip install -q torch==2.13.0 torchtitan==0.3.0 triton==3.9.0 accelerate==1.15.0 \
+	  transformers==5.24.0 safetensors==0.8.0 numpy pytest pytest-timeout ninja
+	touch $@
+
+$(FRAMEWORKS_VENV)/.installed: $(FRAMEWORKS_VENV)/.deps | build
+	PATH=$(CURDIR)/$(FRAMEWORKS_VENV)/bin:$$PATH $(FRAMEWORKS_PY) -m pip install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+test-frameworks: $(FRAMEWORKS_VENV)/.installed
+	$(FRAMEWORKS_PY) -m pytest tests/frameworks tests/hf/test_accelerate.py -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench-frameworks: $(FRAMEWORKS_VENV)/.installed
+	$(FRAMEWORKS_PY) bench/frameworks.py
+
 clean:
 	rm -rf $(BUILD) torch_tpu/_C*.so

@@ -35,7 +35,10 @@ except Exception as _e:  # noqa: BLE001
 
 from . import compile  # noqa: E402  (registers torch.compile(backend="tpu"); Dynamo stays unimported)
 from . import distributed  # noqa: E402  (registers the "tpu" torch.distributed backend)
+from . import integrations as _integrations  # noqa: E402  (Accelerate's device discovery; docs/frameworks.md)
 from .config import env_vars  # noqa: E402
+
+_integrations.install()
 from .modes import get_mode, mode, set_mode  # noqa: E402
 from .compile.recompiles import set_recompile_log, set_recompile_warn  # noqa: E402
 from .runtime_info import (  # noqa: E402

@@ -39,17 +39,33 @@ def is_available() -> bool:
     return _C._device_count() > 0
 
 
-# Devices are ready at import. torch.utils.checkpoint reads this (as it reads torch.cuda's) to
-# decide whether to stash and restore the device RNG state around a recomputed forward.
-_initialized = True
-
-
 def is_initialized() -> bool:
-    return _initialized
+    """Whether this process has used a tpu device yet, as ``torch.cuda.is_initialized()``:
+    False after import, True from the first tensor allocated on a device, ``set_device``,
+    ``current_device``, ``synchronize`` or ``init``. DeviceMesh sets each rank's device from
+    ``LOCAL_RANK`` only while this is False."""
+    return _C._is_initialized()
 
 
 def init() -> None:
-    """Devices are ready at import; kept for torch.cuda parity."""
+    """Marks the devices as in use (they are ready at import; nothing else to set up)."""
+    _C._mark_initialized()
+
+
+def _lazy_init() -> None:
+    # PyTorch calls torch.<device>._lazy_init() once, at the first Python-level use of the device
+    # (a tensor factory with device="tpu", torch.accelerator.set_device_index, ...), as it does
+    # torch.cuda's.
+    _C._mark_initialized()
+
+
+def __getattr__(name: str) -> Any:
+    # ``torch.tpu._initialized`` follows is_initialized(): torch.utils.checkpoint reads it (as it
+    # reads torch.cuda's) to decide whether to stash the device RNG state around a recomputed
+    # forward.
+    if name == "_initialized":
+        return _C._is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _is_in_bad_fork() -> bool:
@@ -63,6 +79,7 @@ def device_count() -> int:
 
 
 def current_device() -> int:
+    _C._mark_initialized()
     return _C._current_device()
 
 
@@ -102,6 +119,7 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 
 def synchronize(device: _DeviceLike = None) -> None:
     """Wait for every stream of the device."""
+    _C._mark_initialized()
     _C._synchronize(_index(device))
 
 

@@ -28,9 +28,8 @@ constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 
 bool is_tpu(const at::Tensor& t) { return t.device().type() == kTpu; }
 
-// A CPU tensor aliasing a tpu tensor's memory (the DataPtr is a host address on every
-// runtime); the Residency hooks bring device copies back (read) or drop them (write) first.
-enum class Access { kRead, kWrite };
+}  // namespace
+
 at::Tensor host_view(const at::Tensor& t, Access access) {
   void* data = static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize();
   if (runtime::residency() != nullptr) {  // (host runtime: nothing to bring back or drop)
@@ -43,14 +42,13 @@ at::Tensor host_view(const at::Tensor& t, Access access) {
   return at::from_blob(data, t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(c10::kCPU));
 }
 
-// A second TensorImpl over t's storage and geometry, without t's Python object or autograd
-// metadata. Queued work holds this instead of t: the stream worker dropping the last C++
-// reference of a tensor that has a Python object takes the GIL (common/blocking_wait.h).
 at::Tensor detached_alias(const at::Tensor& t) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(t.storage()), t.key_set(), t.dtype());
   impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   return at::Tensor(std::move(impl));
 }
+
+namespace {
 
 // op: the ATen op whose host read waits (exec/profiler.h records it with the user's line).
 void wait_for(const at::Tensor& t, const char* op) {

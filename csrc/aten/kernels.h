@@ -47,10 +47,32 @@ at::Tensor view_as_real(const at::Tensor& self);
 at::Tensor view_as_complex(const at::Tensor& self);
 
 // copy.cpp
+// A CPU tensor aliasing a tpu tensor's memory (the DataPtr is a host address on every
+// runtime); the Residency hooks bring device copies back (read) or drop them (write) first.
+// The caller orders the access after the work that writes (or reads) that memory.
+enum class Access { kRead, kWrite };
+at::Tensor host_view(const at::Tensor& t, Access access);
+// A second TensorImpl over t's storage and geometry, without t's Python object or autograd
+// metadata. Queued work holds this instead of t: the stream worker dropping the last C++
+// reference of a tensor that has a Python object takes the GIL (common/blocking_wait.h).
+at::Tensor detached_alias(const at::Tensor& t);
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking);
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
 c10::Scalar local_scalar_dense(const at::Tensor& self);
+
+// attention.cpp: _scaled_dot_product_efficient_attention (n = 1) and its backward (n = 3)
+template <size_t n>
+void efficient_attention(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
+// assertions.cpp
+void assert_async(const at::Tensor& self);
+void assert_async_msg(const at::Tensor& self, c10::string_view assert_msg);
+at::Tensor functional_assert_async_msg(const at::Tensor& self, c10::string_view assert_msg,
+                                       const at::Tensor& dep_token);
+at::Tensor make_dep_token(std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                          std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                          std::optional<c10::MemoryFormat> memory_format);
 
 // data_dependent.cpp
 at::Tensor nonzero(const at::Tensor& self);

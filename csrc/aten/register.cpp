@@ -31,6 +31,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  // assertions on device values (aten/assertions.cpp)
+  m.impl("_assert_async", TORCH_FN(assert_async));
+  m.impl("_assert_async.msg", TORCH_FN(assert_async_msg));
+  m.impl("_functional_assert_async.msg", TORCH_FN(functional_assert_async_msg));
+  m.impl("_make_dep_token", TORCH_FN(make_dep_token));
   // data-dependent shapes
   m.impl("nonzero", TORCH_FN(nonzero));
   m.impl("masked_select", TORCH_FN(masked_select));
@@ -60,6 +65,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   }
   // attention backend choice; nn.TransformerEncoder's nested-tensor step (aten/nested.cpp)
   m.impl("_fused_sdp_choice", torch::CppFunction::makeFromBoxedFunction<&fused_sdp_choice>());
+  m.impl("_scaled_dot_product_efficient_attention",
+         torch::CppFunction::makeFromBoxedFunction<&efficient_attention<1>>());
+  m.impl("_scaled_dot_product_efficient_attention_backward",
+         torch::CppFunction::makeFromBoxedFunction<&efficient_attention<3>>());
   m.impl("_nested_tensor_from_mask_left_aligned", TORCH_FN(nested_tensor_from_mask_left_aligned));
   m.impl("_nested_tensor_from_mask", TORCH_FN(nested_tensor_from_mask));
 }

@@ -137,6 +137,7 @@ std::vector<BlockInfo> DeviceAllocator::blocks(c10::DeviceIndex device) const {
 namespace {
 c10::DataPtr allocate_block(c10::DeviceIndex device, size_t nbytes) {
   check_not_in_bad_fork();
+  mark_initialized();
   c10::Device dev(c10::DeviceType::PrivateUse1, device);
   Pool& p = pool(device);
   if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, nullptr, dev);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "common/check.h"
@@ -63,6 +64,12 @@ void check_index(c10::DeviceIndex index) {
 }
 
 static thread_local c10::DeviceIndex current_device = 0;
+static std::atomic<bool> g_initialized{false};
+
+bool initialized() { return g_initialized.load(std::memory_order_relaxed); }
+void mark_initialized() {
+  if (!g_initialized.load(std::memory_order_relaxed)) g_initialized.store(true, std::memory_order_relaxed);
+}
 
 c10::DeviceIndex current() { return current_device; }
 

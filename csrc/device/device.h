@@ -30,6 +30,13 @@ c10::DeviceIndex current();
 // Sets the current device after checking the index.
 void set_current(c10::DeviceIndex index);
 
+// Whether this process has used a device yet (torch.tpu.is_initialized()): false at import,
+// true from the first allocation, explicit set_device, synchronize or current_device(), as
+// torch.cuda's lazy initialization. DeviceMesh reads it to decide whether to pick each rank's
+// device from LOCAL_RANK; torch.utils.checkpoint to decide whether to stash the device RNG state.
+bool initialized();
+void mark_initialized();
+
 // Bytes of memory a device may hold (TORCH_TPU_HOST_MEMORY or the default).
 uint64_t capacity(c10::DeviceIndex index);
 

@@ -104,6 +104,11 @@ runtime::Binding tensor_binding(const at::Tensor& t);
 // The boxed kernel registered as the PrivateUse1 fallback.
 void lowered_op_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 
+// A `_foreach_` op whose lists span devices (exec/foreach_devices.cpp): runs it as one lowered
+// call per device (and `_foreach_copy_`'s cross-device elements as copy_), replacing the
+// arguments on the stack with its results; false (stack untouched) when all are on one device.
+bool run_foreach_across_devices(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // Runs an op through the lowering path even if a kernel is registered for it (used by C++
 // kernels that pre-process arguments, e.g. boolean-mask indexing).
 void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack);

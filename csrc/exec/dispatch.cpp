@@ -733,6 +733,7 @@ void learn_bakes_scalars(OpInfo& info, c10::ArrayRef<c10::IValue> args) {
 
 void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);
+  if (info.layout == OutputLayout::kPerListElement && run_foreach_across_devices(op, stack)) return;
   TPU_CHECK_NOT_IMPLEMENTED(!info.is_view, "view op '", info.qualname, ".", info.overload,
                             "' has no tpu kernel (views must be registered as metadata kernels)");
   const size_t nargs = op.schema().arguments().size();

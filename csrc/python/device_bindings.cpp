@@ -32,7 +32,12 @@ void init_device_bindings(py::module_& m) {
   m.def("_device_count", [] { return static_cast<int>(count()); });
   m.def("_in_bad_fork", [] { return torch_tpu::in_bad_fork(); });
   m.def("_current_device", [] { return static_cast<int>(current()); });
-  m.def("_set_device", [](int i) { set_current(static_cast<c10::DeviceIndex>(i)); });
+  m.def("_set_device", [](int i) {
+    set_current(static_cast<c10::DeviceIndex>(i));
+    mark_initialized();
+  });
+  m.def("_is_initialized", [] { return initialized(); });
+  m.def("_mark_initialized", [] { mark_initialized(); });
   m.def("_check_device", [](int i) { check_index(static_cast<c10::DeviceIndex>(i)); });
   m.def("_device_name", [](int i) {
     check_index(static_cast<c10::DeviceIndex>(i));

@@ -14,7 +14,25 @@ import torch_tpu
 def test_is_available_and_count() -> None:
     assert torch.tpu.is_available() is True
     assert torch.tpu.device_count() == 1  # TORCH_TPU_NUM_DEVICES defaults to 1
-    assert torch.tpu.is_initialized()
+    torch.empty(1, device="tpu")
+    assert torch.tpu.is_initialized() and torch.tpu._initialized
+
+
+@pytest.mark.parametrize("first_use", ["torch.empty(2, device='tpu')", "torch.tpu.set_device(1)",
+                                       "torch.tpu.current_device()", "torch.tpu.synchronize()",
+                                       "torch.tpu.init()", "torch.accelerator.set_device_index(1)"])
+def test_is_initialized_is_false_until_first_use_like_cuda(subprocess_py, first_use: str) -> None:
+    # DeviceMesh sets each rank's device from LOCAL_RANK only while is_initialized() is False;
+    # checkpoint stashes the device RNG state only once _initialized is True.
+    subprocess_py(f"""
+        import torch, torch_tpu
+        assert torch.tpu.is_available() and torch.tpu.device_count() == 2
+        assert not torch.tpu.is_initialized() and not torch.tpu._initialized
+        torch.ones(3).sum()  # CPU work does not count
+        assert not torch.tpu.is_initialized()
+        {first_use}
+        assert torch.tpu.is_initialized() and torch.tpu._initialized
+    """, TORCH_TPU_NUM_DEVICES="2")
 
 
 def test_backend_name_and_device_type() -> None:

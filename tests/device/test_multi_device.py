@@ -125,3 +125,50 @@ torch.tpu.current_stream(1).wait_event(e)
 y = x.to("tpu:1")
 torch.testing.assert_close(y.cpu(), torch.full((1000,), 10.0))
 """, **TWO)
+
+
+def test_foreach_lists_spanning_devices_run_per_device_like_cuda(subprocess_py) -> None:
+    # CUDA's _foreach_ kernels take the per-tensor route when a list spans devices; ours run one
+    # lowered call per device. _foreach_copy_ also copies elements across devices (FSDP2 does).
+    subprocess_py(PRELUDE + """
+torch.manual_seed(0)
+cpu = [torch.randn(4), torch.randn(2, 3), torch.randn(5), torch.randn(3)]
+devs = ["tpu:0", "tpu:1", "tpu:0", "tpu:1"]
+xs = [t.to(d) for t, d in zip(cpu, devs)]
+ys = [(t * 2).to(d) for t, d in zip(cpu, devs)]
+out = torch._foreach_add(xs, ys, alpha=0.5)
+for o, t, d in zip(out, cpu, devs):
+    assert o.device == torch.device(d), (o.device, d)
+    torch.testing.assert_close(o.cpu(), t + 0.5 * (t * 2))
+torch._foreach_mul_(xs, [1.0, 2.0, 3.0, 4.0])
+for x, t, s in zip(xs, cpu, [1.0, 2.0, 3.0, 4.0]):
+    torch.testing.assert_close(x.cpu(), t * s)
+norms = torch._foreach_norm(xs)
+torch.testing.assert_close(torch.stack([n.cpu() for n in norms]), torch.stack([(t * s).norm() for t, s in zip(cpu, [1.0, 2.0, 3.0, 4.0])]))
+# copy_: destinations on one device, sources on the other and on the CPU
+dst = [torch.zeros(4, device="tpu:1"), torch.zeros(2, 3, device="tpu:1"), torch.zeros(5, device="tpu:0")]
+src = [cpu[0].to("tpu:0"), cpu[1], cpu[2].to("tpu:0")]
+torch._foreach_copy_(dst, src)
+for d, t in zip(dst, cpu[:3]):
+    torch.testing.assert_close(d.cpu(), t)
+assert [d.device.index for d in dst] == [1, 1, 0]
+# An element whose own operands sit on two devices is an error, as add_ on them would be.
+try:
+    torch._foreach_add_([torch.ones(2, device="tpu:0"), torch.ones(2, device="tpu:1")],
+                        [torch.ones(2, device="tpu:1"), torch.ones(2, device="tpu:1")])
+except RuntimeError as e:
+    assert "Expected all tensors to be on the same device" in str(e), e
+else:
+    raise AssertionError("mixed devices within one element accepted")
+# An optimizer over parameters on two devices (foreach implementation) matches CPU.
+ps = [torch.nn.Parameter(t.clone()) for t in cpu]
+tps = [torch.nn.Parameter(t.to(d)) for t, d in zip(cpu, devs)]
+for params in (ps, tps):
+    opt = torch.optim.AdamW(params, lr=0.1, foreach=True)
+    for step in range(3):
+        for p in params:
+            p.grad = torch.ones_like(p) * (step + 1)
+        opt.step()
+for p, q in zip(ps, tps):
+    torch.testing.assert_close(q.detach().cpu(), p.detach())
+""", **TWO)

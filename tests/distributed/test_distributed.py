@@ -142,6 +142,21 @@ def test_launch_exits_cleanly(main_launch):
     assert rc == 0, log[-4000:]
 
 
+def test_unchanged_examples(tmp_path):
+    """FSDP2 and FSDP2 + tensor parallel (attention on DTensors) written as PyTorch's examples
+    are, with no tpu-specific call: the DeviceMesh sets each rank's device (example_worker.py)."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(port), str(Path(__file__).with_name("example_worker.py")), str(tmp_path)]
+    p = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = _finish([p])
+    results = _results(tmp_path, 2)
+    for name in ("accelerator_is_tpu", "not_initialized_before_the_mesh", "mesh_set_the_device",
+                 "fsdp2_example_matches_cpu", "fsdp2_tp_sdpa_matches_cpu", "done"):
+        _assert_check(results, name, log)
+    assert p.returncode == 0, log[-4000:]
+
+
 def test_two_nodes_rendezvous(tmp_path):
     """Two torchrun agents ("nodes") meet at a c10d rendezvous endpoint on 127.0.0.1."""
     port = _free_port()

@@ -60,10 +60,10 @@ def test_from_pretrained_device_map_tpu(tmp_path):
 
 def test_trainer_runs_on_tpu(tmp_path, monkeypatch):
     # Trainer places the model through Accelerate, whose device table (1.15) does not know
-    # "tpu" and falls back to CPU while Trainer moves batches to args.device (tpu:0).
-    # ACCELERATE_TORCH_DEVICE is Accelerate's documented switch for such devices.
+    # "tpu": torch_tpu.integrations.accelerate makes it fall back to torch.accelerator (tpu)
+    # instead of cpu, with no ACCELERATE_TORCH_DEVICE needed.
     from accelerate.state import AcceleratorState
-    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "tpu")
+    monkeypatch.delenv("ACCELERATE_TORCH_DEVICE", raising=False)
     AcceleratorState._reset_state(reset_partial_state=True)
     model = _tiny("gpt2")
     g = torch.Generator().manual_seed(0)

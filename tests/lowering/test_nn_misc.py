@@ -165,18 +165,18 @@ def test_pixel_shuffle_im2col() -> None:
     _check(aten.col2im.default, cols[0], [5, 7], *args, dtype=dtype)
 
 
-FLASH, MATH = 1, 0  # torch.nn.attention.SDPBackend values that torch._fused_sdp_choice returns
+FLASH, MATH, EFFICIENT = 1, 0, 2  # torch.nn.attention.SDPBackend values that torch._fused_sdp_choice returns
 
 
 @pytest.mark.parametrize("case", ["causal", "bool_mask", "float_mask", "masked_row", "mask_needs_grad", "gqa", "3d"])
 def test_sdpa_on_tpu_picks_a_kernel_and_matches_cpu(case: str) -> None:
-    """F.scaled_dot_product_attention on tpu takes the flash kernel (its lowering: a few
-    products and row clusters) where that lowering covers the call and the math path otherwise;
-    either way outputs and gradients match CPU's."""
+    """F.scaled_dot_product_attention on tpu takes the efficient-attention kernel (its lowering:
+    a few products and row clusters; DTensor shards it) where that lowering covers the call and
+    the math path otherwise; either way outputs and gradients match CPU's."""
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 5)
     kwargs: dict = {}
-    want = FLASH
+    want = EFFICIENT
     if case == "causal":
         kwargs["is_causal"] = True
     elif case in ("bool_mask", "masked_row"):
@@ -186,7 +186,7 @@ def test_sdpa_on_tpu_picks_a_kernel_and_matches_cpu(case: str) -> None:
         kwargs["attn_mask"] = keep
     elif case in ("float_mask", "mask_needs_grad"):
         kwargs["attn_mask"] = torch.randn(2, 1, 6, 7, requires_grad=case == "mask_needs_grad")
-        want = MATH if case == "mask_needs_grad" else FLASH
+        want = MATH if case == "mask_needs_grad" else EFFICIENT
     elif case == "gqa":
         k, v = k[:, :2], v[:, :2]
         kwargs["enable_gqa"] = True
@@ -209,7 +209,7 @@ def test_sdpa_on_tpu_picks_a_kernel_and_matches_cpu(case: str) -> None:
                                    enable_gqa=kwargs.get("enable_gqa", False)) == want
     with OpsCalled() as called:  # what SDPA really ran, not only what the choice op answers
         tout = F.scaled_dot_product_attention(*tleaves, **tkwargs)
-    assert (aten._scaled_dot_product_flash_attention_for_cpu.default in called) == (want == FLASH), called
+    assert (aten._scaled_dot_product_efficient_attention.default in called) == (want == EFFICIENT), called
     textra = [tkwargs["attn_mask"]] if extra else []
     tgrads = torch.autograd.grad(tout, tleaves + textra, go.to("tpu"))
     torch.testing.assert_close(tout.cpu(), out)
@@ -222,8 +222,57 @@ def test_sdpa_with_dropout_takes_the_math_path() -> None:
     # dropout is an ordinary lowered op.
     q = torch.randn(1, 2, 4, 8, device="tpu")
     assert torch._fused_sdp_choice(q, q, q, None, 0.1, False) == MATH
-    assert torch._fused_sdp_choice(q, q, q, None, 0.0, False) == FLASH
+    assert torch._fused_sdp_choice(q, q, q, None, 0.0, False) == EFFICIENT
     assert F.scaled_dot_product_attention(q, q, q, dropout_p=0.5).shape == q.shape
+
+
+def test_sdpa_in_float64_takes_the_cpu_flash_kernel() -> None:
+    # CUDA's efficient kernel takes no float64; the CPU flash kernel's op (also lowered) does.
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 4, 8, dtype=torch.float64)
+    assert torch._fused_sdp_choice(q.to("tpu"), q.to("tpu"), q.to("tpu"), None, 0.0, False) == FLASH
+    torch.testing.assert_close(F.scaled_dot_product_attention(q.to("tpu"), q.to("tpu"), q.to("tpu"), is_causal=True).cpu(),
+                               F.scaled_dot_product_attention(q, q, q, is_causal=True))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("L", [5, 40])
+def test_efficient_attention_ops_match_the_cpu_flash_kernel(causal: bool, bias: bool, L: int) -> None:
+    """The efficient-attention overloads against CPU's flash kernel (CPU has no efficient one):
+    the same output and gradients; the log-sum-exp padded to a multiple of 32 (CUDA's shape,
+    which DTensor's and the meta function's shapes assume) or empty when not asked for; the
+    mask's gradient when asked."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, L, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
+    m = torch.randn(2, 3, L, 7) if bias else None
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=m)
+    go = torch.randn_like(out)
+    dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward(go, q, k, v, out, lse, 0.0, causal,
+                                                                           attn_mask=m)
+    t = lambda x: None if x is None else x.to("tpu")  # noqa: E731
+    tout, tlse, seed, offset = aten._scaled_dot_product_efficient_attention(t(q), t(k), t(v), t(m), True, 0.0, causal)
+    assert tlse.shape == (2, 3, -(-L // 32) * 32) and tlse.dtype == torch.float32
+    assert seed.shape == () and offset.shape == () and seed.dtype == torch.int64
+    # Heads inside positions in memory, as the meta function (and DTensor's plans) say.
+    assert tout.transpose(1, 2).is_contiguous()
+    torch.testing.assert_close(tout.cpu(), out)
+    torch.testing.assert_close(tlse.cpu()[..., :L], lse)
+    _, empty, _, _ = aten._scaled_dot_product_efficient_attention(t(q), t(k), t(v), t(m), False, 0.0, causal)
+    assert empty.shape == (2, 3, 0)
+    grads = aten._scaled_dot_product_efficient_attention_backward(
+        t(go), t(q), t(k), t(v), t(m), tout, tlse, seed, offset, 0.0, [True, True, True, bias], causal)
+    for g, e in zip(grads[:3], (dq, dk, dv)):
+        assert g.transpose(1, 2).is_contiguous()
+        torch.testing.assert_close(g.cpu(), e)
+    if bias:  # d(loss)/d(mask) = the scores' gradient, checked against autograd on CPU
+        mm = m.clone().requires_grad_()
+        tri = torch.zeros(L, 7).masked_fill(~torch.ones(L, 7, dtype=torch.bool).tril(), float("-inf"))
+        o, _ = aten._scaled_dot_product_attention_math(q, k, v, mm + tri if causal else mm, 0.0, False)
+        (want,) = torch.autograd.grad(o, mm, go)
+        torch.testing.assert_close(grads[3].cpu(), want)
+    else:
+        assert grads[3] is None
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])

@@ -260,14 +260,17 @@ def _attn_scores(b: GraphBuilder, q: Value, k: Value, is_causal: bool, attn_mask
     return s
 
 
-@register(aten._scaled_dot_product_flash_attention_for_cpu.default)
-def sdpa_flash_cpu(b: GraphBuilder, q: Value, k: Value, v: Value, dropout_p: Value, is_causal: bool,
-                   attn_mask: Value | None, scale: Value | None) -> tuple[Value, Value]:
-    # Dropout in attention needs the CPU kernel's random stream to match; only p == 0 lowers.
-    if dropout_p.const is None or float(dropout_p.const) != 0.0:
-        if dropout_p.const is None:
-            raise NeedsBakedScalars()
-        raise NotImplementedError("torch_tpu: _scaled_dot_product_flash_attention_for_cpu with dropout_p > 0")
+def _zero_dropout(dropout_p: Value, op: str) -> None:
+    """Dropout in attention needs the CPU kernel's random stream to match; only p == 0 lowers."""
+    if dropout_p.const is None:
+        raise NeedsBakedScalars()
+    if float(dropout_p.const) != 0.0:
+        raise NotImplementedError(f"torch_tpu: {op} with dropout_p > 0")
+
+
+def _attention_forward(b: GraphBuilder, q: Value, k: Value, v: Value, is_causal: bool, attn_mask: Value | None,
+                       scale: Value | None) -> tuple[Value, Value]:
+    """softmax(scale * q @ k^T + mask) @ v and the rows' log-sum-exp (op-math dtype)."""
     check(q.rank == 4 and k.rank == 4 and v.rank == 4, "flash attention expects 4-D query, key and value")
     s = _attn_scores(b, q, k, is_causal, attn_mask, scale)
     nb = s.rank - 2
@@ -287,14 +290,10 @@ def sdpa_flash_cpu(b: GraphBuilder, q: Value, k: Value, v: Value, dropout_p: Val
     return b.convert(out, q.dtype), lse
 
 
-@register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
-def sdpa_flash_cpu_backward(b: GraphBuilder, go: Value, q: Value, k: Value, v: Value, out: Value, lse: Value,
-                            dropout_p: Value, is_causal: bool, attn_mask: Value | None,
-                            scale: Value | None) -> tuple[Value, Value, Value]:
-    if dropout_p.const is None:
-        raise NeedsBakedScalars()
-    if float(dropout_p.const) != 0.0:
-        raise NotImplementedError("torch_tpu: flash attention backward with dropout_p > 0")
+def _attention_backward(b: GraphBuilder, go: Value, q: Value, k: Value, v: Value, out: Value, lse: Value,
+                        is_causal: bool, attn_mask: Value | None,
+                        scale: Value | None) -> tuple[Value, Value, Value, Value]:
+    """Gradients of q, k, v and of an additive mask (op-math dtype), from the saved log-sum-exp."""
     comp = opmath(q.dtype)
     s = _attn_scores(b, q, k, is_causal, attn_mask, scale)
     nb = s.rank - 2
@@ -312,7 +311,65 @@ def sdpa_flash_cpu_backward(b: GraphBuilder, go: Value, q: Value, k: Value, v: V
     dk = b.dot_general(ds, qc, batch, batch, [nb], [nb])                 # ds^T @ q : [.., S, E]
     dq = b.mul(dq, b.broadcast_in_dim(sc, dq.shape, ()))
     dk = b.mul(dk, b.broadcast_in_dim(sc, dk.shape, ()))
-    return b.convert(dq, q.dtype), b.convert(dk, k.dtype), b.convert(dv, v.dtype)
+    return b.convert(dq, q.dtype), b.convert(dk, k.dtype), b.convert(dv, v.dtype), ds
+
+
+@register(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def sdpa_flash_cpu(b: GraphBuilder, q: Value, k: Value, v: Value, dropout_p: Value, is_causal: bool,
+                   attn_mask: Value | None, scale: Value | None) -> tuple[Value, Value]:
+    _zero_dropout(dropout_p, "_scaled_dot_product_flash_attention_for_cpu")
+    return _attention_forward(b, q, k, v, is_causal, attn_mask, scale)
+
+
+@register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def sdpa_flash_cpu_backward(b: GraphBuilder, go: Value, q: Value, k: Value, v: Value, out: Value, lse: Value,
+                            dropout_p: Value, is_causal: bool, attn_mask: Value | None,
+                            scale: Value | None) -> tuple[Value, Value, Value]:
+    _zero_dropout(dropout_p, "flash attention backward")
+    return _attention_backward(b, go, q, k, v, out, lse, is_causal, attn_mask, scale)[:3]
+
+
+# The "efficient attention" overloads: what SDPA calls on tpu (aten/attention.cpp) because DTensor
+# has sharding strategies for them (batch and heads shard; the CPU kernel's op has none). Same
+# math as above; their contract is CUDA's: the log-sum-exp is float32 [B, H, ceil(L/32)*32] when
+# compute_log_sumexp (the padding is never read; we fill it with 0) and [B, H, 0] otherwise,
+# the Philox seed and offset are 0-d int64 (zero: no dropout), and the backward also gives the
+# additive mask's gradient when asked.
+_LSE_ALIGN = 32
+
+
+@register(aten._scaled_dot_product_efficient_attention.default)
+def sdpa_efficient(b: GraphBuilder, q: Value, k: Value, v: Value, attn_bias: Value | None, compute_log_sumexp: bool,
+                   dropout_p: Value, is_causal: bool, scale: Value | None) -> tuple[Value, Value, Value, Value]:
+    _zero_dropout(dropout_p, "_scaled_dot_product_efficient_attention")
+    out, lse = _attention_forward(b, q, k, v, is_causal, attn_bias, scale)
+    lse = b.convert(lse, torch.float32)
+    L = q.shape[2]
+    padded = -(-L // _LSE_ALIGN) * _LSE_ALIGN if compute_log_sumexp else 0
+    if padded == 0:
+        lse = b.full(0.0, torch.float32, (q.shape[0], q.shape[1], 0))
+    elif padded != L:
+        lse = b.pad(lse, b.full(0.0, torch.float32, ()), [0, 0, 0], [0, 0, padded - L])
+    zero = b.full(0, torch.int64, ())
+    return out, lse, zero, b.full(0, torch.int64, ())
+
+
+@register(aten._scaled_dot_product_efficient_attention_backward.default)
+def sdpa_efficient_backward(b: GraphBuilder, go: Value, q: Value, k: Value, v: Value, attn_bias: Value | None,
+                            out: Value, lse: Value, philox_seed: Value, philox_offset: Value, dropout_p: Value,
+                            grad_input_mask: list[bool], is_causal: bool,
+                            scale: Value | None) -> tuple[Value | None, Value | None, Value | None, Value | None]:
+    _zero_dropout(dropout_p, "_scaled_dot_product_efficient_attention_backward")
+    L = q.shape[2]
+    check(lse.rank == 3 and lse.shape[2] >= L,
+          "efficient attention backward needs the forward's log-sum-exp (compute_log_sumexp=True)")
+    lse = b.slice(lse, [0, 0, 0], [lse.shape[0], lse.shape[1], L])
+    dq, dk, dv, ds = _attention_backward(b, go, q, k, v, out, lse, is_causal, attn_bias, scale)
+    dbias = None
+    if attn_bias is not None and len(grad_input_mask) > 3 and grad_input_mask[3]:
+        dbias = b.convert(ds, attn_bias.dtype)
+    mask = list(grad_input_mask) + [True] * (3 - len(grad_input_mask))
+    return (dq if mask[0] else None, dk if mask[1] else None, dv if mask[2] else None, dbias)
 
 
 # -- upsampling --------------------------------------------------------------------------------
