@@ -99,11 +99,14 @@ def test_eager_recompile_names_the_op_the_size_and_the_line(capfd):
     ev = [e for e in after["recent"] if e["what"] == "aten::mm.out"]  # mm runs as its out variant
     assert ev, after["recent"]
     assert ev[-1]["kind"] == "eager_op"
-    assert ev[-1]["reason"] == "input 0 size [4, 8] -> [5, 8]"
+    # The reason compares with the op's latest program: [4, 8] here, or a size an earlier test in
+    # this process compiled mm for.
+    assert ev[-1]["reason"].startswith("input 0 size [") and ev[-1]["reason"].endswith("] -> [5, 8]"), ev[-1]
     assert "test_dynamic_shapes.py:" in (ev[-1]["source"] or ""), ev[-1]
     assert after["by_op"]["aten::mm.out"] >= 1
     err = capfd.readouterr().err
-    assert "[torch_tpu recompile] eager_op aten::mm.out: input 0 size [4, 8] -> [5, 8] at " in err
+    assert "[torch_tpu recompile] eager_op aten::mm.out: input 0 size [" in err
+    assert "] -> [5, 8] at " in err
 
 
 def test_a_cache_hit_records_nothing():
