@@ -116,10 +116,38 @@ void init_pjrt_bindings(py::module_& m) {
         resident["dropped_unread"] = r.dropped_unread;
         resident["donated"] = r.donated;
         d["resident"] = resident;
+        py::dict launched;
+        launched["enabled"] = rt->launched().enabled();
+        launched["programs"] = rt->launched().launched();
+        launched["failed"] = rt->launched().failed();
+        launched["pending"] = rt->launched().pending();
+        d["launched"] = launched;
         return d;
       },
       "The active PJRT runtime's client ({platform, devices, executions_per_device, compiles, "
       "executable_cache, transfers, resident, ...}), or None on another runtime.");
+  m.def(
+      "_pjrt_set_async",
+      [](bool on) {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        TORCH_CHECK(rt != nullptr, "torch_tpu: the PJRT runtime is not active (TORCH_TPU_RUNTIME)");
+        py::gil_scoped_release no_gil;  // queued work may need the GIL to drop tensors
+        device::synchronize_device(-1);
+        rt->launched().set_enabled(on);
+      },
+      py::arg("on"),
+      "Asynchronous completion of launched programs on (default, TORCH_TPU_PJRT_ASYNC) or off "
+      "(each program waited for at its launch), for benchmarks comparing both in one process.");
+  m.def(
+      "_pjrt_inject_async_failure",
+      [](const std::string& message) {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        TORCH_CHECK(rt != nullptr, "torch_tpu: the PJRT runtime is not active (TORCH_TPU_RUNTIME)");
+        rt->launched().inject_failure(message);
+      },
+      py::arg("message"),
+      "Tests only: the next program launched asynchronously reports `message` as its device "
+      "failure when it is awaited (XLA's CPU plugin has no program that fails at run time).");
   m.def(
       "_pjrt_set_resident",
       [](bool on) {

@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "common/config.h"
 #include "ir/ops.h"
+#include "runtime/completion.h"
 #include "stablehlo/emitter.h"
 
 namespace torch_tpu::pjrt {
@@ -298,8 +299,12 @@ class PjrtExecutable final : public runtime::Executable {
       transfers.downloads.fetch_add(1, std::memory_order_relaxed);
       transfers.download_bytes.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
     }
+    // Nothing to write into host memory and a stream worker that awaits launched programs: the
+    // run ends at the launch (runtime/completion.h); else it waits for the program here.
+    const bool defer = runtime_->launched().enabled() && runtime::completion_deferred_here() &&
+                       std::all_of(stays.begin(), stays.end(), [](uint8_t s) { return s != 0; });
     for (Event& e : uploaded) e.await("Client_BufferFromHostBuffer (transfer)");
-    done.await("LoadedExecutable_Execute (execution)");
+    if (!defer) done.await("LoadedExecutable_Execute (execution)");
     for (Event& e : downloaded) e.await("Buffer_ToHostBuffer (transfer)");
     // 4. Record the uploaded tensors as current device copies, then the resident outputs (which
     //    replace those they overwrite; one buffer may back several destinations), and write each
@@ -328,6 +333,14 @@ class PjrtExecutable final : public runtime::Executable {
       if (resident != nullptr) resident->before_host_write(d.data, span_bytes(d), is_contiguous(d));
       at::Tensor dest = at::from_blob(d.data, d.sizes, d.strides, at::TensorOptions().dtype(d.dtype));
       dest.copy_(host_out[t]);
+    }
+    if (defer) {  // the launched program keeps what it reads until it is done
+      LaunchedProgram launched{std::move(done), std::move(scalars), std::move(buffers), {}};
+      for (std::shared_ptr<Buffer>& b : on_device)
+        if (b != nullptr) launched.held.push_back(std::move(b));
+      for (Containing& into : result_into_of)
+        if (into.buffer != nullptr) launched.held.push_back(std::move(into.buffer));
+      runtime_->launched().add(device, std::move(launched));
     }
   }
 
@@ -588,6 +601,11 @@ PjrtRuntime::PjrtRuntime(std::shared_ptr<Client> client)
     runtime::install_residency(resident_.get());
     resident_on_ = true;
   }
+  launched_->set_enabled(config::get_bool("TORCH_TPU_PJRT_ASYNC"));
+  runtime::install_await_launched([](c10::DeviceIndex device) {
+    if (PjrtRuntime* rt = active_pjrt_runtime(); rt != nullptr && device >= 0)
+      rt->launched().await_all(static_cast<size_t>(device));
+  });
 }
 
 void PjrtRuntime::set_resident(bool on) {

@@ -16,6 +16,9 @@
 //     memory instead.
 //   * Compiled executables are kept on disk (executable_cache.h) when the plugin can serialize
 //     them, so a restarted process skips the plugin's compiler.
+//   * Completion is asynchronous (launched.h, runtime/completion.h): a program launched from a
+//     stream worker whose outputs all stay on the device is not waited for in run(); the worker
+//     waits for launched programs before other work and when its queue drains.
 //   * Executables are compiled portable (not bound to a device): run() uploads to, and executes
 //     on, the PJRT device of runtime::execution_device(), so "tpu:i" is the plugin's device i.
 //
@@ -35,6 +38,7 @@
 
 #include "runtime/pjrt/client.h"
 #include "runtime/pjrt/executable_cache.h"
+#include "runtime/pjrt/launched.h"
 #include "runtime/pjrt/resident_buffers.h"
 #include "runtime/runtime.h"
 #include "stablehlo/emitter.h"
@@ -59,6 +63,7 @@ class PjrtRuntime final : public runtime::Runtime {
   // plugin compiles each variant when a run first needs it, so its compile errors arrive then.
   std::unique_ptr<runtime::Executable> compile(const ir::Graph& graph, const std::vector<int32_t>& outputs) override;
   const Client& client() const { return *client_; }
+  bool launches_asynchronously() const override { return launched_->enabled(); }
   int device_count() const override { return static_cast<int>(client_->devices().size()); }
   std::string device_name(int index) const override;
   // Programs executed on each device so far (diagnostics: where "tpu:i" work really ran).
@@ -91,6 +96,8 @@ class PjrtRuntime final : public runtime::Runtime {
   std::shared_ptr<Buffer> scalar_buffer(c::PJRT_Buffer_Type type, const at::Tensor& value, size_t device);
   // The resident-buffer table's figures (all 0 when TORCH_TPU_PJRT_RESIDENT=0).
   ResidencyStats residency_stats() const;
+  // Programs launched without waiting for them (launched.h; runtime/completion.h).
+  LaunchedPrograms& launched() const { return *launched_; }
 
  private:
   std::shared_ptr<Client> client_;
@@ -110,6 +117,7 @@ class PjrtRuntime final : public runtime::Runtime {
   std::map<ScalarKey, std::shared_ptr<Buffer>> scalars_;
   std::unique_ptr<std::vector<std::atomic<int64_t>>> executions_ =
       std::make_unique<std::vector<std::atomic<int64_t>>>(client_->devices().size());
+  std::unique_ptr<LaunchedPrograms> launched_ = std::make_unique<LaunchedPrograms>(client_->devices().size());
 };
 
 // The PJRT runtime chosen by TORCH_TPU_RUNTIME, created on first use:
