@@ -602,7 +602,9 @@ def main() -> None:
     if plugin is None:
         raise SystemExit("XLA's CPU PJRT plugin (lammps-jax-pjrt-cpu) is not installed in this Python")
     # The same thread settings for every side: XLA's CPU client and native torch use the cores.
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_TPU_", "PJRT_", "XLA_"))}
+    # (Other TORCH_TPU_* settings pass through to ours, e.g. TORCH_TPU_PJRT_ASYNC=0.)
+    set_here = ("TORCH_TPU_RUNTIME", "TORCH_TPU_PJRT_PLUGIN", "TORCH_TPU_CACHE_DIR", "PJRT_DEVICE", "XLA_FLAGS")
+    base = {k: v for k, v in os.environ.items() if k not in set_here}
     base["OMP_NUM_THREADS"] = str(args.threads)
     if args.threads == 1:  # XLA's CPU backend: no Eigen thread pool inside an executable
         base["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"
