@@ -63,10 +63,7 @@ void finish_program(compiler::Program& program, const std::vector<int32_t>& outp
   // Elementwise programs of any size too: on an idle stream the calling thread runs them with
   // ATen's threads over cache-warm memory, where the worker would take a hand-off and, with
   // up to 64 queued outputs, cache-cold destinations (docs/notes/perf-strict-512x512-add.md).
-  // A runtime that completes programs asynchronously (PJRT) overlaps the next launch with the
-  // device only when the program is queued (runtime/completion.h).
-  program.run_inline_when_idle = (work <= kInlineLimit || (elementwise && kInlineLimit > 0)) &&
-                                 !selected_runtime().launches_asynchronously();
+  program.run_inline_when_idle = work <= kInlineLimit || (elementwise && kInlineLimit > 0);
 }
 
 }  // namespace torch_tpu::exec

@@ -169,9 +169,6 @@ class Runtime {
   // The devices this runtime drives (PJRT: the plugin's addressable devices, "tpu:i" is device
   // i). 0: device memory is host RAM and any number of devices is emulated
   // (TORCH_TPU_NUM_DEVICES). Never throws.
-  // True if a queued program may return from run() at its launch, before the device finished
-  // it (runtime/completion.h). Such a runtime wants programs queued, never run inline.
-  virtual bool launches_asynchronously() const { return false; }
   virtual int device_count() const { return 0; }
   // A description of device i (e.g. "NVIDIA H200"), or empty to use the emulated name.
   virtual std::string device_name(int index) const { return {}; }

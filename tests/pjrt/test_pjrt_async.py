@@ -24,8 +24,11 @@ def launched() -> dict[str, int]:
 
 
 def _chain(x: torch.Tensor, n: int) -> torch.Tensor:
+    # In-place updates of one tensor, each after a contraction: strict mode queues such programs
+    # (elementwise-only or tiny ones may run inline on an idle stream, waited for at the call).
+    w = torch.linspace(-0.05, 0.05, 64 * 64, device=x.device).reshape(64, 64)
     for i in range(n):
-        x = x.mul_(1.01).add_(0.5 if i % 2 else -0.25)
+        x.copy_(torch.tanh(x @ w)).mul_(1.01).add_(0.5 if i % 2 else -0.25)
     return x
 
 
@@ -34,9 +37,9 @@ def test_queued_programs_complete_in_order(mode: str) -> None:
     # A chain of in-place programs on one resident tensor, none waited for at its launch: the
     # value read at the end is the CPU's, and the programs were launched asynchronously.
     before = launched()["programs"]
-    ref = _chain(torch.linspace(-1, 1, 4096), 40)
+    ref = _chain(torch.linspace(-1, 1, 4096).reshape(64, 64), 40)
     with torch_tpu.mode(mode):
-        x = torch.linspace(-1, 1, 4096).to("tpu")
+        x = torch.linspace(-1, 1, 4096).reshape(64, 64).to("tpu")
         _chain(x, 40)
         got = x.cpu()
     torch.testing.assert_close(got, ref)
@@ -83,10 +86,15 @@ def test_failure_of_a_launched_program_surfaces_at_synchronize() -> None:
     x = torch.arange(8.0).to("tpu")
     torch.tpu.synchronize()
     failed = launched()["failed"]
+    m = torch.ones(64, 64).to("tpu")
+    torch.tpu.synchronize()
     _C._pjrt_inject_async_failure("injected device failure")
-    y = x * 3  # launched; its (injected) failure is only known when it is awaited
-    with pytest.raises(RuntimeError, match="injected device failure"):
-        torch.tpu.synchronize()
+    try:
+        y = m @ m  # queued and launched; its (injected) failure is known when it is awaited
+        with pytest.raises(RuntimeError, match="injected device failure"):
+            torch.tpu.synchronize()
+    finally:
+        _C._pjrt_inject_async_failure("")  # nothing left armed for other tests
     assert launched()["failed"] == failed + 1
     # Reported once; the process stays usable.
     torch.tpu.synchronize()
@@ -96,11 +104,11 @@ def test_failure_of_a_launched_program_surfaces_at_synchronize() -> None:
 
 def test_waiting_per_program_gives_the_same_values() -> None:
     # _pjrt_set_async(False) waits for each program at its launch (TORCH_TPU_PJRT_ASYNC=0).
-    ref = _chain(torch.linspace(-1, 1, 1024), 10)
+    ref = _chain(torch.linspace(-1, 1, 4096).reshape(64, 64), 10)
     _C._pjrt_set_async(False)
     try:
         before = launched()["programs"]
-        x = torch.linspace(-1, 1, 1024).to("tpu")
+        x = torch.linspace(-1, 1, 4096).reshape(64, 64).to("tpu")
         _chain(x, 10)
         torch.testing.assert_close(x.cpu(), ref)
         assert launched()["programs"] == before

@@ -63,7 +63,6 @@ class PjrtRuntime final : public runtime::Runtime {
   // plugin compiles each variant when a run first needs it, so its compile errors arrive then.
   std::unique_ptr<runtime::Executable> compile(const ir::Graph& graph, const std::vector<int32_t>& outputs) override;
   const Client& client() const { return *client_; }
-  bool launches_asynchronously() const override { return launched_->enabled(); }
   int device_count() const override { return static_cast<int>(client_->devices().size()); }
   std::string device_name(int index) const override;
   // Programs executed on each device so far (diagnostics: where "tpu:i" work really ran).
