@@ -122,6 +122,13 @@ void init_pjrt_bindings(py::module_& m) {
         launched["failed"] = rt->launched().failed();
         launched["pending"] = rt->launched().pending();
         d["launched"] = launched;
+        const pjrt::OutOfMemoryStats& o = rt->out_of_memory();
+        py::dict oom;
+        oom["evictions"] = o.evictions.load();
+        oom["evicted_bytes"] = o.evicted_bytes.load();
+        oom["retried"] = o.retried.load();
+        oom["raised"] = o.raised.load();
+        d["out_of_memory"] = oom;
         return d;
       },
       "The active PJRT runtime's client ({platform, devices, executions_per_device, compiles, "
@@ -148,6 +155,34 @@ void init_pjrt_bindings(py::module_& m) {
       py::arg("message"),
       "Tests only: the next program launched asynchronously reports `message` as its device "
       "failure when it is awaited (XLA's CPU plugin has no program that fails at run time).");
+  m.def(
+      "_pjrt_inject_out_of_memory",
+      [](int uploads, int executions) {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        TORCH_CHECK(rt != nullptr, "torch_tpu: the PJRT runtime is not active (TORCH_TPU_RUNTIME)");
+        rt->inject_out_of_memory(uploads, executions);
+      },
+      py::arg("uploads") = 0, py::arg("executions") = 0,
+      "Tests only: the next `uploads` program uploads and `executions` program executions fail as "
+      "a plugin's RESOURCE_EXHAUSTED would (XLA's CPU plugin allocates from host RAM).");
+  m.def(
+      "_pjrt_device_bytes",
+      [](size_t device) -> py::object {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        if (rt == nullptr || device >= rt->client().devices().size()) return py::none();
+        const pjrt::DeviceBytes& b = rt->client().device_bytes(device);
+        return py::make_tuple(b.current(), b.peak());
+      },
+      py::arg("device") = 0,
+      "(current, peak) bytes of the PJRT buffers this process holds on a device (the plugin's "
+      "on-device sizes), or None on another runtime.");
+  m.def(
+      "_pjrt_reset_peak_device_bytes",
+      [](size_t device) {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        if (rt != nullptr && device < rt->client().devices().size()) rt->client().device_bytes(device).reset_peak();
+      },
+      py::arg("device") = 0, "Resets the peak of _pjrt_device_bytes to the current figure.");
   m.def(
       "_pjrt_set_resident",
       [](bool on) {

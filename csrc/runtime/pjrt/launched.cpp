@@ -74,6 +74,22 @@ void LaunchedPrograms::await_all(size_t device) {
   await_each(programs);
 }
 
+void LaunchedPrograms::settle(size_t device) {
+  if (device >= devices_.size()) return;
+  PerDevice& d = *devices_[device];
+  std::deque<LaunchedProgram> programs;
+  {
+    std::lock_guard<std::mutex> g(d.mu);
+    programs.swap(d.programs);
+  }
+  try {
+    await_each(programs);
+  } catch (...) {
+    std::lock_guard<std::mutex> g(d.mu);
+    if (!d.failure) d.failure = std::current_exception();
+  }
+}
+
 void LaunchedPrograms::await_each(std::deque<LaunchedProgram>& programs) {
   std::exception_ptr first;
   for (LaunchedProgram& p : programs) {

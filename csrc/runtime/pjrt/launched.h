@@ -47,6 +47,9 @@ class LaunchedPrograms {
   void add(size_t device, LaunchedProgram program);
   // Waits for every program launched on `device` so far; throws the first failure.
   void await_all(size_t device);
+  // Waits for every program launched on `device` so far without throwing: a failure is kept
+  // for the next await_all (out of device memory: their held buffers go now).
+  void settle(size_t device);
   // Programs launched on any device and not yet awaited.
   int64_t pending() const;
   // Programs recorded since the process started, and how many were found failed.
