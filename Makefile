@@ -9,7 +9,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/torch_tpu_ccache
 export CCACHE_BASEDIR := $(CURDIR)
 PYTEST_ARGS ?=
 
-.PHONY: all setup build demo test test-cpp test-py test-full test-asan ops-table format clean
+.PHONY: all setup build demo test test-cpp test-py test-full test-asan ops-table format clean bench-peers
 
 all: build
 
@@ -79,6 +79,21 @@ test-stress: build
 # OpInfo coverage table (docs/ops.md, docs/ops.json) and the README totals line.
 ops-table: build
 	$(PY) tools/gen_ops_table.py --readme
+
+# The PJRT peers race (bench/pjrt_peers.py): ours on XLA's CPU PJRT plugin against PyTorch/XLA
+# (lazy and openxla dynamo) and jax.jit on the same backend. PyTorch/XLA needs its own torch
+# (torch-xla 2.9.0 pins torch 2.9.0), so it lives in $(PEERS_VENV), never in .venv. PyPI's
+# torch 2.9.0 Linux wheel is the CUDA build and pulls the nvidia-* wheels (several GB on disk,
+# unused: torch-xla runs on PJRT_DEVICE=CPU); installed under nice, once.
+PEERS_VENV ?= .venv-peers
+PEERS_ARGS ?=
+$(PEERS_VENV)/.deps:
+	test -x $(PEERS_VENV)/bin/python || python3 -m venv $(PEERS_VENV)
+	nice $(PEERS_VENV)/bin/pip install -q torch==2.9.0 torch-xla==2.9.0
+	touch $@
+
+bench-peers: build $(PEERS_VENV)/.deps
+	$(PY) bench/pjrt_peers.py --peers-python $(PEERS_VENV)/bin/python $(PEERS_ARGS)
 
 format:
 	clang-format -i $$(find csrc tests/cpp -name '*.cpp' -o -name '*.h')

@@ -248,13 +248,15 @@ class StreamContext:
 def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
     """The caching allocator's figures (keys as torch.cuda.memory_stats). On the PJRT runtime also
     `pjrt.resident_bytes` / `pjrt.resident_entries` (tensor bytes held in device buffers, all
-    devices) and the plugin's own `pjrt.<figure>` statistics of this device where it reports them."""
+    devices), `pjrt.device_bytes` / `pjrt.peak_device_bytes` (every PJRT buffer of this process on
+    this device: what memory_allocated() reports there) and the plugin's own `pjrt.<figure>` statistics of this device where it reports them."""
     i = _index(device)
     stats = dict(_C._memory_stats(i))
     info = _C._pjrt_info()
     if info is not None:
         stats["pjrt.resident_bytes"] = info["resident"]["bytes"]
         stats["pjrt.resident_entries"] = info["resident"]["entries"]
+        stats["pjrt.device_bytes"], stats["pjrt.peak_device_bytes"] = _C._pjrt_device_bytes(i)
         try:
             plugin = _C._pjrt_memory_stats(i)
         except NotImplementedError:  # e.g. XLA's CPU plugin keeps no allocator statistics
@@ -264,11 +266,22 @@ def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
 
 
 def memory_allocated(device: _DeviceLike = None) -> int:
-    return _C._memory_stats(_index(device))["allocated_bytes.all.current"]
+    """Bytes of tensor memory in use on the device. On the PJRT runtime: the bytes of the device
+    buffers this process holds there (the plugin's on-device sizes), not the host allocator's."""
+    i = _index(device)
+    on_device = _C._pjrt_device_bytes(i)
+    if on_device is not None:
+        return on_device[0]
+    return _C._memory_stats(i)["allocated_bytes.all.current"]
 
 
 def max_memory_allocated(device: _DeviceLike = None) -> int:
-    return _C._memory_stats(_index(device))["allocated_bytes.all.peak"]
+    """Peak of memory_allocated() since the start or reset_peak_memory_stats()."""
+    i = _index(device)
+    on_device = _C._pjrt_device_bytes(i)
+    if on_device is not None:
+        return on_device[1]
+    return _C._memory_stats(i)["allocated_bytes.all.peak"]
 
 
 def memory_reserved(device: _DeviceLike = None) -> int:
@@ -280,7 +293,9 @@ def max_memory_reserved(device: _DeviceLike = None) -> int:
 
 
 def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
-    _C._reset_peak_memory_stats(_index(device))
+    i = _index(device)
+    _C._reset_peak_memory_stats(i)
+    _C._pjrt_reset_peak_device_bytes(i)
 
 
 def reset_max_memory_allocated(device: _DeviceLike = None) -> None:
@@ -348,8 +363,20 @@ def empty_cache() -> None:
 
 
 def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
-    """(free, total) bytes of the device; free excludes memory held by the cache."""
+    """(free, total) bytes of the device; free excludes memory held by the cache. On the PJRT
+    runtime: the plugin's limit and bytes in use where it reports them, else the capacity less
+    the bytes of this process's device buffers."""
     i = _index(device)
+    on_device = _C._pjrt_device_bytes(i)
+    if on_device is not None:
+        try:
+            plugin = _C._pjrt_memory_stats(i)
+        except NotImplementedError:  # e.g. XLA's CPU plugin keeps no allocator statistics
+            plugin = {}
+        if plugin.get("bytes_limit", -1) >= 0 and plugin.get("bytes_in_use", -1) >= 0:
+            return plugin["bytes_limit"] - plugin["bytes_in_use"], plugin["bytes_limit"]
+        total = _C._device_capacity(i)
+        return max(total - on_device[0], 0), total
     total = _C._device_capacity(i)
     return total - _C._memory_stats(i)["reserved_bytes.all.current"], total
 

@@ -35,6 +35,10 @@ const std::vector<EnvVar>& registry() {
        "PJRT runtime: keep program outputs on the device as PJRT buffers (uploaded and downloaded "
        "only when the host needs them). `0`: stage every program's inputs and outputs through host "
        "memory (for comparisons and debugging)."},
+      {"TORCH_TPU_PJRT_ASYNC", "1",
+       "PJRT runtime: a queued program whose outputs stay on the device completes asynchronously "
+       "(the stream waits for it before other work and at synchronization). `0`: wait for each "
+       "program when it is launched."},
       {"TORCH_TPU_NUM_DEVICES", "1",
        "Number of emulated devices on the host runtime, 1 to 64 (other values raise ValueError at "
        "import). Unset under torchrun: `LOCAL_WORLD_SIZE` (so local rank r can use tpu:r)."},

@@ -15,6 +15,7 @@
 #include "common/fork_guard.h"
 #include "device/device.h"
 #include "runtime/host/kernel_threads.h"
+#include "runtime/completion.h"
 #include "runtime/runtime.h"
 
 // From the OpenMP runtime PyTorch already loads (libgomp); per-thread setting.
@@ -104,6 +105,7 @@ class StreamQueue {
     // the calling thread keep ATen's intra-op threads.
     omp_set_num_threads(1);
     runtime::set_execution_device(device_);  // every program of this stream runs on its device
+    runtime::defer_completion_on_this_thread();  // this loop awaits launched programs
     std::deque<std::unique_ptr<Work>> batch;
     for (;;) {
       {
@@ -115,13 +117,22 @@ class StreamQueue {
         }
         batch.swap(queue_);  // take everything queued so far under one lock
       }
-      for (auto& work : batch) {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        auto& work = batch[i];
+        // Programs launched on the device complete asynchronously (runtime/completion.h):
+        // other work runs after them, and the last work is complete only when they are. A
+        // launched program's failure becomes the stream's pending error like a work's own.
         std::exception_ptr err;
-        try {
-          work->run();
-        } catch (...) {
-          err = std::current_exception();
-        }
+        auto capture = [&err](auto&& fn) {
+          try {
+            fn();
+          } catch (...) {
+            if (!err) err = std::current_exception();
+          }
+        };
+        if (!work->launch_only()) capture([&] { runtime::await_launched(device_); });
+        capture([&] { work->run(); });
+        if (i + 1 == batch.size() && queue_empty()) capture([&] { runtime::await_launched(device_); });
         work.reset();  // drop tensor references before reporting completion
         if (err) {
           std::lock_guard<std::mutex> g(mu_);
@@ -136,6 +147,11 @@ class StreamQueue {
       }
       batch.clear();
     }
+  }
+
+  bool queue_empty() {
+    std::lock_guard<std::mutex> g(mu_);
+    return queue_.empty();
   }
 
   const c10::DeviceIndex device_;

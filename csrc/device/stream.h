@@ -28,6 +28,10 @@ constexpr int kStreamPoolSize = 8;
 struct Work {
   virtual ~Work() = default;
   virtual void run() = 0;
+  // True for a program launch that may return before the device finished it (runtime/
+  // completion.h): the worker waits for launched programs only before other work and when its
+  // queue is empty, not after each launch.
+  virtual bool launch_only() const { return false; }
 };
 
 class StreamQueue;

@@ -401,6 +401,7 @@ struct ProgramWork final : device::Work {
   const OpInfo* op = nullptr;  // for the error message (null: a compiled graph)
   c10::DeviceIndex device = 0;
   c10::StreamId stream_id = 0;
+  bool launch_only() const override { return true; }  // runtime/completion.h
   void run() override {
     const int64_t start = profiler::enabled() ? profiler::now_ns() : 0;
     run_program();

@@ -730,6 +730,7 @@ struct FusedWork final : device::Work {
   c10::DeviceIndex device = 0;
   c10::StreamId stream_id = 0;
 
+  bool launch_only() const override { return true; }  // runtime/completion.h
   void run() override {
     if (!profiler::enabled()) return run_graph();
     const uint64_t bytes = profiler::binding_bytes(inputs, outputs);  // before run_and_release drops inputs

@@ -116,10 +116,73 @@ void init_pjrt_bindings(py::module_& m) {
         resident["dropped_unread"] = r.dropped_unread;
         resident["donated"] = r.donated;
         d["resident"] = resident;
+        py::dict launched;
+        launched["enabled"] = rt->launched().enabled();
+        launched["programs"] = rt->launched().launched();
+        launched["failed"] = rt->launched().failed();
+        launched["pending"] = rt->launched().pending();
+        d["launched"] = launched;
+        const pjrt::OutOfMemoryStats& o = rt->out_of_memory();
+        py::dict oom;
+        oom["evictions"] = o.evictions.load();
+        oom["evicted_bytes"] = o.evicted_bytes.load();
+        oom["retried"] = o.retried.load();
+        oom["raised"] = o.raised.load();
+        d["out_of_memory"] = oom;
         return d;
       },
       "The active PJRT runtime's client ({platform, devices, executions_per_device, compiles, "
       "executable_cache, transfers, resident, ...}), or None on another runtime.");
+  m.def(
+      "_pjrt_set_async",
+      [](bool on) {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        TORCH_CHECK(rt != nullptr, "torch_tpu: the PJRT runtime is not active (TORCH_TPU_RUNTIME)");
+        py::gil_scoped_release no_gil;  // queued work may need the GIL to drop tensors
+        device::synchronize_device(-1);
+        rt->launched().set_enabled(on);
+      },
+      py::arg("on"),
+      "Asynchronous completion of launched programs on (default, TORCH_TPU_PJRT_ASYNC) or off "
+      "(each program waited for at its launch), for benchmarks comparing both in one process.");
+  m.def(
+      "_pjrt_inject_async_failure",
+      [](const std::string& message) {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        TORCH_CHECK(rt != nullptr, "torch_tpu: the PJRT runtime is not active (TORCH_TPU_RUNTIME)");
+        rt->launched().inject_failure(message);
+      },
+      py::arg("message"),
+      "Tests only: the next program launched asynchronously reports `message` as its device "
+      "failure when it is awaited (XLA's CPU plugin has no program that fails at run time).");
+  m.def(
+      "_pjrt_inject_out_of_memory",
+      [](int uploads, int executions) {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        TORCH_CHECK(rt != nullptr, "torch_tpu: the PJRT runtime is not active (TORCH_TPU_RUNTIME)");
+        rt->inject_out_of_memory(uploads, executions);
+      },
+      py::arg("uploads") = 0, py::arg("executions") = 0,
+      "Tests only: the next `uploads` program uploads and `executions` program executions fail as "
+      "a plugin's RESOURCE_EXHAUSTED would (XLA's CPU plugin allocates from host RAM).");
+  m.def(
+      "_pjrt_device_bytes",
+      [](size_t device) -> py::object {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        if (rt == nullptr || device >= rt->client().devices().size()) return py::none();
+        const pjrt::DeviceBytes& b = rt->client().device_bytes(device);
+        return py::make_tuple(b.current(), b.peak());
+      },
+      py::arg("device") = 0,
+      "(current, peak) bytes of the PJRT buffers this process holds on a device (the plugin's "
+      "on-device sizes), or None on another runtime.");
+  m.def(
+      "_pjrt_reset_peak_device_bytes",
+      [](size_t device) {
+        pjrt::PjrtRuntime* rt = pjrt::active_pjrt_runtime();
+        if (rt != nullptr && device < rt->client().devices().size()) rt->client().device_bytes(device).reset_peak();
+      },
+      py::arg("device") = 0, "Resets the peak of _pjrt_device_bytes to the current figure.");
   m.def(
       "_pjrt_set_resident",
       [](bool on) {

@@ -26,6 +26,8 @@ SAME(PJRT_Executable_NumOutputs_Args, num_outputs) SAME(PJRT_LoadedExecutable_Ge
 SAME(PJRT_ExecuteOptions, launch_id) SAME(PJRT_ExecuteOptions, incarnation_ids) SAME(PJRT_ExecuteOptions, call_location)
 SAME(PJRT_LoadedExecutable_Execute_Args, execute_device) SAME(PJRT_LoadedExecutable_Execute_Args, device_complete_events) SAME(PJRT_LoadedExecutable_Execute_Args, output_lists)
 SAME(PJRT_Buffer_ToHostBuffer_Args, event) SAME(PJRT_Buffer_ToHostBuffer_Args, dst_size)
+SAME(PJRT_Buffer_OnDeviceSizeInBytes_Args, buffer) SAME(PJRT_Buffer_OnDeviceSizeInBytes_Args, on_device_size_in_bytes)
+static_assert(sizeof(::PJRT_Buffer_OnDeviceSizeInBytes_Args) == sizeof(o::PJRT_Buffer_OnDeviceSizeInBytes_Args));
 static_assert(sizeof(::PJRT_Api_Version) == sizeof(o::PJRT_Api_Version));
 static_assert(sizeof(::PJRT_Device_MemoryStats_Args) == sizeof(o::PJRT_Device_MemoryStats_Args));
 static_assert(sizeof(::PJRT_Client_BufferFromHostBuffer_Args) == sizeof(o::PJRT_Client_BufferFromHostBuffer_Args));
@@ -36,5 +38,5 @@ static_assert(sizeof(::PJRT_Client_Compile_Args) == sizeof(o::PJRT_Client_Compil
 static_assert(offsetof(::PJRT_Api, PJRT_Error_Destroy) == offsetof(o::PJRT_Api, PJRT_Error_Destroy_));
 API(PJRT_Plugin_Initialize) API(PJRT_Event_Await) API(PJRT_Client_Create) API(PJRT_Client_Compile) API(PJRT_Client_BufferFromHostBuffer)
 API(PJRT_DeviceDescription_ToString) API(PJRT_Device_MemoryStats) API(PJRT_Executable_NumOutputs) API(PJRT_LoadedExecutable_Execute)
-API(PJRT_Buffer_Destroy) API(PJRT_Buffer_ToHostBuffer) API(PJRT_Executable_Destroy) API(PJRT_LoadedExecutable_GetExecutable) API(PJRT_DeviceDescription_Kind) API(PJRT_Client_AddressableDevices) API(PJRT_Client_PlatformVersion)
+API(PJRT_Buffer_Destroy) API(PJRT_Buffer_OnDeviceSizeInBytes) API(PJRT_Buffer_ToHostBuffer) API(PJRT_Executable_Destroy) API(PJRT_LoadedExecutable_GetExecutable) API(PJRT_DeviceDescription_Kind) API(PJRT_Client_AddressableDevices) API(PJRT_Client_PlatformVersion)
 int main() { return 0; }

@@ -2,7 +2,7 @@
 (`pjrt_c_api_cpu_plugin.so` from the lammps-jax-pjrt-cpu package, a dev dependency).
 
 The runtime is chosen once per process at import, so the runtime tests (test_pjrt_runtime.py,
-test_pjrt_resident.py; with TORCH_TPU_TEST_FULL=1 also the float32 OpInfo sweep) run in a child
+test_pjrt_resident.py, test_pjrt_async.py, test_pjrt_memory.py; with TORCH_TPU_TEST_FULL=1 also the float32 OpInfo sweep) run in a child
 pytest with TORCH_TPU_RUNTIME=pjrt and the plugin path; each test fails with the child's output
 when any of them fails or is skipped."""
 
@@ -33,10 +33,19 @@ def run_on_cpu_plugin(*pytest_args: str, timeout: float = 600, **env_vars: str) 
 
 
 def test_runtime_tests_pass_on_the_xla_cpu_plugin() -> None:
-    proc = run_on_cpu_plugin(str(HERE / "test_pjrt_runtime.py"), str(HERE / "test_pjrt_resident.py"))
+    proc = run_on_cpu_plugin(str(HERE / "test_pjrt_runtime.py"), str(HERE / "test_pjrt_resident.py"),
+                             str(HERE / "test_pjrt_async.py"), str(HERE / "test_pjrt_memory.py"))
     tail = proc.stdout[-6000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert " skipped" not in proc.stdout.splitlines()[-1], tail  # every runtime test must run
+
+
+def test_waiting_per_program_passes_on_the_xla_cpu_plugin() -> None:
+    # TORCH_TPU_PJRT_ASYNC=0 waits for every program at its launch: the same values.
+    proc = run_on_cpu_plugin(str(HERE / "test_pjrt_runtime.py"), "-k", "training or compiled",
+                             TORCH_TPU_PJRT_ASYNC="0")
+    tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
 
 
 def test_staged_transfers_pass_on_the_xla_cpu_plugin() -> None:

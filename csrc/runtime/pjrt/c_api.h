@@ -347,6 +347,12 @@ struct PJRT_Buffer_Destroy_Args {
   PJRT_Extension_Base* extension_start;
   PJRT_Buffer* buffer;
 };
+struct PJRT_Buffer_OnDeviceSizeInBytes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  size_t on_device_size_in_bytes;  // out
+};
 struct PJRT_Buffer_ToHostBuffer_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
@@ -442,7 +448,7 @@ struct PJRT_Api {
   Unused PJRT_Buffer_UnpaddedDimensions;
   Unused PJRT_Buffer_DynamicDimensionIndices;
   Unused PJRT_Buffer_GetMemoryLayout;
-  Unused PJRT_Buffer_OnDeviceSizeInBytes;
+  Fn<PJRT_Buffer_OnDeviceSizeInBytes_Args>* PJRT_Buffer_OnDeviceSizeInBytes;
   Unused PJRT_Buffer_Device;
   Unused PJRT_Buffer_Memory;
   Unused PJRT_Buffer_Delete;

@@ -43,16 +43,40 @@ void Event::await_quietly() noexcept {
   plugin_->take_message(plugin_->api().PJRT_Event_Await(&a));
 }
 
+Buffer::Buffer(const Plugin* plugin, c::PJRT_Buffer* buffer, DeviceBytes* account)
+    : plugin_(plugin), buffer_(buffer) {
+  if (account == nullptr || buffer == nullptr) return;
+  c::PJRT_Buffer_OnDeviceSizeInBytes_Args a{};
+  a.struct_size = sizeof(a);
+  a.buffer = buffer;
+  // A plugin that cannot say leaves the buffer uncounted rather than failing the program.
+  if (c::PJRT_Error* error = plugin->api().PJRT_Buffer_OnDeviceSizeInBytes(&a)) {
+    plugin->take_message(error);
+    return;
+  }
+  account_ = account;
+  bytes_ = static_cast<int64_t>(a.on_device_size_in_bytes);
+  account_->add(bytes_);
+}
+
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
     this->~Buffer();
     plugin_ = o.plugin_;
     buffer_ = std::exchange(o.buffer_, nullptr);
+    account_ = std::exchange(o.account_, nullptr);
+    bytes_ = o.bytes_;
   }
   return *this;
 }
 
+void Buffer::release_bytes() noexcept {
+  if (account_ != nullptr) account_->sub(bytes_);
+  account_ = nullptr;
+}
+
 Buffer::~Buffer() {
+  release_bytes();
   if (buffer_ == nullptr) return;
   c::PJRT_Buffer_Destroy_Args a{};
   a.struct_size = sizeof(a);
@@ -69,7 +93,8 @@ LoadedExecutable::~LoadedExecutable() {
 }
 
 std::vector<Buffer> LoadedExecutable::execute(const std::vector<c::PJRT_Buffer*>& args, c::PJRT_Device* device,
-                                              Event* done, const std::vector<uint8_t>& donated) const {
+                                              Event* done, const std::vector<uint8_t>& donated,
+                                              DeviceBytes* account) const {
   // Every other input is the caller's to keep: never let the compiler's may-alias consume it.
   std::vector<int64_t> keep;
   keep.reserve(args.size());
@@ -97,7 +122,7 @@ std::vector<Buffer> LoadedExecutable::execute(const std::vector<c::PJRT_Buffer*>
   *done = Event(plugin_, event);
   std::vector<Buffer> result;
   result.reserve(outs.size());
-  for (c::PJRT_Buffer* b : outs) result.emplace_back(plugin_, b);
+  for (c::PJRT_Buffer* b : outs) result.emplace_back(plugin_, b, account);
   return result;
 }
 
@@ -213,6 +238,7 @@ std::shared_ptr<Client> Client::create(std::shared_ptr<const Plugin> plugin, con
     info.name =
         description_string(p, api.PJRT_DeviceDescription_ToString, g.device_description, "DeviceDescription_ToString");
     client->devices_.push_back(std::move(info));
+    client->device_bytes_.push_back(std::make_unique<DeviceBytes>());
   }
   TPU_CHECK(!client->devices_.empty(), "PJRT plugin ", p.path(), " created a client with no addressable devices");
   return client;
@@ -330,7 +356,7 @@ Buffer Client::upload(const void* data, c::PJRT_Buffer_Type type, const std::vec
   a.device = devices_.at(device).handle;
   plugin_->check(plugin_->api().PJRT_Client_BufferFromHostBuffer(&a), "Client_BufferFromHostBuffer");
   *host_done = Event(plugin_.get(), a.done_with_host_buffer);
-  return Buffer(plugin_.get(), a.buffer);
+  return Buffer(plugin_.get(), a.buffer, device_bytes_[device].get());
 }
 
 Event Client::download(const Buffer& buffer, void* dst, size_t nbytes) const {

@@ -11,6 +11,7 @@
 // clients are thread-safe). Handles are move-only and not shared between threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,19 +42,48 @@ class Event {
   c::PJRT_Event* event_ = nullptr;
 };
 
-// An owned PJRT_Buffer (device memory); destroyed by the destructor.
+// Device bytes held by the live Buffers a client made on one device (PJRT_Buffer_OnDeviceSizeInBytes
+// of each, from its creation to its destruction) and their peak: the memory figures on PJRT.
+class DeviceBytes {
+ public:
+  void add(int64_t n) noexcept {
+    const int64_t now = current_.fetch_add(n, std::memory_order_relaxed) + n;
+    int64_t p = peak_.load(std::memory_order_relaxed);
+    while (now > p && !peak_.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+    }
+  }
+  void sub(int64_t n) noexcept { current_.fetch_sub(n, std::memory_order_relaxed); }
+  int64_t current() const noexcept { return current_.load(std::memory_order_relaxed); }
+  int64_t peak() const noexcept { return peak_.load(std::memory_order_relaxed); }
+  void reset_peak() noexcept { peak_.store(current(), std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> current_{0}, peak_{0};
+};
+
+// An owned PJRT_Buffer (device memory); destroyed by the destructor. With `account`, its
+// on-device size is counted there while it lives.
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(const Plugin* plugin, c::PJRT_Buffer* buffer) : plugin_(plugin), buffer_(buffer) {}
-  Buffer(Buffer&& o) noexcept : plugin_(o.plugin_), buffer_(std::exchange(o.buffer_, nullptr)) {}
+  Buffer(const Plugin* plugin, c::PJRT_Buffer* buffer, DeviceBytes* account = nullptr);
+  Buffer(Buffer&& o) noexcept
+      : plugin_(o.plugin_),
+        buffer_(std::exchange(o.buffer_, nullptr)),
+        account_(std::exchange(o.account_, nullptr)),
+        bytes_(o.bytes_) {}
   Buffer& operator=(Buffer&& o) noexcept;
   ~Buffer();
   c::PJRT_Buffer* get() const { return buffer_; }
+  int64_t bytes() const { return bytes_; }  // on-device size (0 when not counted)
+  // A donated buffer: its memory now belongs to a program output, counted as that output.
+  void release_bytes() noexcept;
 
  private:
   const Plugin* plugin_ = nullptr;
   c::PJRT_Buffer* buffer_ = nullptr;
+  DeviceBytes* account_ = nullptr;
+  int64_t bytes_ = 0;
 };
 
 struct DeviceInfo {
@@ -80,11 +110,12 @@ class LoadedExecutable {
   size_t num_outputs() const { return num_outputs_; }
   void set_num_outputs(size_t n) { num_outputs_ = n; }  // once, by Client::adopt
   c::PJRT_LoadedExecutable* handle() const { return exe_; }
-  // Runs on `device` (null: the compile-time device) and returns the output buffers; `done` is
-  // set to the completion event. Argument i is donated only where donated[i] is set: its memory
-  // becomes an output's, and the caller must never read it again (only destroy it).
+  // Runs on `device` (null: the compile-time device) and returns the output buffers (counted
+  // in `account` when given); `done` is set to the completion event. Argument i is donated only
+  // where donated[i] is set: its memory becomes an output's, and the caller must never read it
+  // again (only destroy it).
   std::vector<Buffer> execute(const std::vector<c::PJRT_Buffer*>& args, c::PJRT_Device* device, Event* done,
-                              const std::vector<uint8_t>& donated = {}) const;
+                              const std::vector<uint8_t>& donated = {}, DeviceBytes* account = nullptr) const;
 
  private:
   const Plugin* plugin_;
@@ -117,6 +148,9 @@ class Client {
   // Addressable devices, in the plugin's order (device i is "tpu:i").
   const std::vector<DeviceInfo>& devices() const { return devices_; }
   DeviceMemoryStats memory_stats(size_t device) const;
+  // The bytes of the live buffers this client's upload() made on `device`, and of the outputs
+  // of executions given this account (PjrtRuntime passes it).
+  DeviceBytes& device_bytes(size_t device) const { return *device_bytes_.at(device); }
 
   // Compiles MLIR (StableHLO text or bytecode) with a serialized CompileOptionsProto.
   std::unique_ptr<LoadedExecutable> compile(const std::string& mlir, const std::string& compile_options) const;
@@ -126,7 +160,8 @@ class Client {
   // Loads bytes from serialize() (PJRT_Executable_DeserializeAndLoad). Throws c10::Error.
   std::unique_ptr<LoadedExecutable> deserialize(const std::string& bytes) const;
   // Starts copying dense row-major (byte_strides empty) or strided host data to `device`. The
-  // host memory must stay unchanged until `*host_done` is ready.
+  // host memory must stay unchanged until `*host_done` is ready. The buffer is counted in
+  // device_bytes(device).
   Buffer upload(const void* data, c::PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
                 const std::vector<int64_t>& byte_strides, size_t device, Event* host_done) const;
   // Starts copying `buffer` into dense row-major host memory of `nbytes`; returns the event that
@@ -143,6 +178,7 @@ class Client {
   c::PJRT_Client* client_;
   std::string platform_name_, platform_version_;
   std::vector<DeviceInfo> devices_;
+  std::vector<std::unique_ptr<DeviceBytes>> device_bytes_;  // per device (atomics do not move)
 };
 
 }  // namespace torch_tpu::pjrt

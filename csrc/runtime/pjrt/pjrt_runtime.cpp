@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "common/config.h"
 #include "ir/ops.h"
+#include "runtime/completion.h"
 #include "stablehlo/emitter.h"
 
 namespace torch_tpu::pjrt {
@@ -143,6 +144,8 @@ class PjrtExecutable final : public runtime::Executable {
     for (int32_t o : outputs_) {
       output_dtypes_.push_back(graph_.node(o).dtype);
       output_shapes_.push_back(graph_.node(o).shape);
+      output_bytes_ += c10::multiply_integers(output_shapes_.back()) *
+                       static_cast<int64_t>(c10::elementSize(scalar_type(output_dtypes_.back())));
     }
   }
 
@@ -241,13 +244,16 @@ class PjrtExecutable final : public runtime::Executable {
         continue;
       }
       const void* data = host.numel() > 0 ? host.data_ptr() : &kEmpty;
-      buffers.push_back(client.upload(data, buffer_type(a.dtype), buffer_dims(a), {}, device, &uploaded[k]));
+      const int64_t nbytes = host.numel() * static_cast<int64_t>(host.element_size());
+      buffers.push_back(runtime_->retry_out_of_memory(device, nbytes, /*execution=*/false, [&] {
+        return client.upload(data, buffer_type(a.dtype), buffer_dims(a), {}, device, &uploaded[k]);
+      }));
       raw.push_back(buffers.back().get());
       // The tensor's own bytes went up as they are: later programs reading them reuse the buffer.
       if (resident != nullptr && a.binding >= 0 && data == inputs[static_cast<size_t>(a.binding)].data)
         kept_inputs.emplace_back(k, buffers.size() - 1);
       transfers.uploads.fetch_add(1, std::memory_order_relaxed);
-      transfers.upload_bytes.fetch_add(host.numel() * host.element_size(), std::memory_order_relaxed);
+      transfers.upload_bytes.fetch_add(nbytes, std::memory_order_relaxed);
       staging.push_back(std::move(host));
     }
     // The offsets of the gathered views come last, in argument order (EmitOptions::argument_views).
@@ -280,7 +286,21 @@ class PjrtExecutable final : public runtime::Executable {
     }
     const LoadedExecutable& exe = executable_for(variant);
     Event done;
-    std::vector<Buffer> results = exe.execute(raw, client.devices()[device].handle, &done, donated);
+    std::vector<Buffer> results;
+    try {
+      results = runtime_->retry_out_of_memory(device, output_bytes_, /*execution=*/true, [&] {
+        return exe.execute(raw, client.devices()[device].handle, &done, donated, &client.device_bytes(device));
+      });
+    } catch (...) {
+      // The program did not run: the buffers it was to consume hold their tensors' values again.
+      restore_donated(inputs, on_device, donated, result_into_of, device);
+      throw;
+    }
+    // A donated buffer's memory is now its output's, counted as that output.
+    for (size_t k = 0; k < on_device.size() && k < donated.size(); ++k)
+      if (donated[k] && on_device[k] != nullptr) on_device[k]->release_bytes();
+    for (const Containing& into : result_into_of)
+      if (into.buffer != nullptr && into.donated) into.buffer->release_bytes();
     runtime_->count_execution(device);
     TPU_CHECK(results.size() == outputs_.size(), "PJRT executable returned ", results.size(), " outputs, expected ",
               outputs_.size());
@@ -298,8 +318,12 @@ class PjrtExecutable final : public runtime::Executable {
       transfers.downloads.fetch_add(1, std::memory_order_relaxed);
       transfers.download_bytes.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
     }
+    // Nothing to write into host memory and a stream worker that awaits launched programs: the
+    // run ends at the launch (runtime/completion.h); else it waits for the program here.
+    const bool defer = runtime_->launched().enabled() && runtime::completion_deferred_here() &&
+                       std::all_of(stays.begin(), stays.end(), [](uint8_t s) { return s != 0; });
     for (Event& e : uploaded) e.await("Client_BufferFromHostBuffer (transfer)");
-    done.await("LoadedExecutable_Execute (execution)");
+    if (!defer) done.await("LoadedExecutable_Execute (execution)");
     for (Event& e : downloaded) e.await("Buffer_ToHostBuffer (transfer)");
     // 4. Record the uploaded tensors as current device copies, then the resident outputs (which
     //    replace those they overwrite; one buffer may back several destinations), and write each
@@ -328,6 +352,14 @@ class PjrtExecutable final : public runtime::Executable {
       if (resident != nullptr) resident->before_host_write(d.data, span_bytes(d), is_contiguous(d));
       at::Tensor dest = at::from_blob(d.data, d.sizes, d.strides, at::TensorOptions().dtype(d.dtype));
       dest.copy_(host_out[t]);
+    }
+    if (defer) {  // the launched program keeps what it reads until it is done
+      LaunchedProgram launched{std::move(done), std::move(scalars), std::move(buffers), {}};
+      for (std::shared_ptr<Buffer>& b : on_device)
+        if (b != nullptr) launched.held.push_back(std::move(b));
+      for (Containing& into : result_into_of)
+        if (into.buffer != nullptr) launched.held.push_back(std::move(into.buffer));
+      runtime_->launched().add(device, std::move(launched));
     }
   }
 
@@ -376,6 +408,27 @@ class PjrtExecutable final : public runtime::Executable {
     view_offsets->resize(args_.size());
     (*view_offsets)[k] = c.offset;
     return c.buffer;
+  }
+
+  // After a failed execution: the resident entries taken out of the table for donation get
+  // their buffers back (the plugin consumes a donated buffer only when the program runs).
+  void restore_donated(const std::vector<runtime::Binding>& inputs, const std::vector<std::shared_ptr<Buffer>>& on_device,
+                       const std::vector<uint8_t>& donated, const std::vector<Containing>& result_into_of,
+                       size_t device) const {
+    ResidentBuffers* resident = runtime_->resident();
+    if (resident == nullptr) return;
+    for (size_t k = 0; k < on_device.size() && k < donated.size(); ++k) {
+      if (!donated[k] || on_device[k] == nullptr) continue;
+      const runtime::Binding& in = inputs[static_cast<size_t>(args_[k].binding)];
+      resident->adopt(in.data, span_bytes(in), {buffer_type(args_[k].dtype), device}, on_device[k],
+                      /*host_current=*/false);
+    }
+    for (size_t r = 0; r < result_into_of.size(); ++r) {
+      const Containing& into = result_into_of[r];
+      if (into.buffer == nullptr || !into.donated) continue;
+      resident->adopt(reinterpret_cast<const void*>(into.begin), into.bytes, {buffer_type(output_dtypes_[r]), device},
+                      into.buffer, /*host_current=*/false);
+    }
   }
 
   // A host scalar bound to a parameter (not tensor memory, not the RNG offset, which changes
@@ -525,6 +578,7 @@ class PjrtExecutable final : public runtime::Executable {
   mutable std::unique_ptr<LoadedExecutable> exe_;  // the plain executable, once compiled
   std::vector<ir::DType> output_dtypes_;
   std::vector<std::vector<int64_t>> output_shapes_;
+  int64_t output_bytes_ = 0;  // what an execution allocates at least (out-of-memory messages)
   mutable std::mutex variants_mu_;
   mutable std::map<Variant, std::unique_ptr<LoadedExecutable>> variants_;
 };
@@ -579,6 +633,47 @@ std::shared_ptr<Buffer> PjrtRuntime::scalar_buffer(c::PJRT_Buffer_Type type, con
   return buffer;
 }
 
+int64_t PjrtRuntime::evict(size_t device) {
+  launched_->settle(device);  // their held buffers go; a failure waits for the next sync
+  const int64_t bytes = resident_ != nullptr ? resident_->evict(device) : 0;
+  oom_.evictions.fetch_add(1, std::memory_order_relaxed);
+  oom_.evicted_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  return bytes;
+}
+
+void PjrtRuntime::inject_out_of_memory(int uploads, int executions) {
+  inject_oom_uploads_.store(uploads, std::memory_order_relaxed);
+  inject_oom_executions_.store(executions, std::memory_order_relaxed);
+}
+
+void PjrtRuntime::maybe_inject_out_of_memory(bool execution) {
+  std::atomic<int>& pending = execution ? inject_oom_executions_ : inject_oom_uploads_;
+  int n = pending.load(std::memory_order_relaxed);
+  while (n > 0 && !pending.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+  }
+  TORCH_CHECK_WITH(OutOfMemoryError, n <= 0, "torch_tpu: PJRT ",
+                   execution ? "LoadedExecutable_Execute" : "Client_BufferFromHostBuffer",
+                   " failed (RESOURCE_EXHAUSTED): injected by _C._pjrt_inject_out_of_memory");
+}
+
+void PjrtRuntime::raise_out_of_memory(size_t device, int64_t requested, bool execution, const c10::Error& error,
+                                      int64_t evicted) {
+  oom_.raised.fetch_add(1, std::memory_order_relaxed);
+  std::string available = "the plugin reports no free-memory figure";
+  try {
+    DeviceMemoryStats m = client_->memory_stats(device);
+    if (m.bytes_limit >= 0 && m.bytes_in_use >= 0)
+      available = std::to_string(m.bytes_limit - m.bytes_in_use) + " bytes free of " + std::to_string(m.bytes_limit);
+  } catch (const c10::Error&) {  // a plugin without memory statistics (XLA's CPU plugin)
+  }
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "torch_tpu: out of memory on tpu:", device, " (", device_name(static_cast<int>(device)),
+                   "): ", execution ? "a program's execution" : "an upload", " requested ", requested,
+                   execution ? "+ bytes (its outputs)" : " bytes", "; available: ", available, "; this process holds ",
+                   client_->device_bytes(device).current(), " bytes in device buffers there after evicting ", evicted,
+                   " bytes of resident tensors to host memory and retrying once. The plugin said: ",
+                   error.what_without_backtrace());
+}
+
 void PjrtRuntime::count_execution(size_t device) { (*executions_)[device].fetch_add(1, std::memory_order_relaxed); }
 
 PjrtRuntime::PjrtRuntime(std::shared_ptr<Client> client)
@@ -588,6 +683,11 @@ PjrtRuntime::PjrtRuntime(std::shared_ptr<Client> client)
     runtime::install_residency(resident_.get());
     resident_on_ = true;
   }
+  launched_->set_enabled(config::get_bool("TORCH_TPU_PJRT_ASYNC"));
+  runtime::install_await_launched([](c10::DeviceIndex device) {
+    if (PjrtRuntime* rt = active_pjrt_runtime(); rt != nullptr && device >= 0)
+      rt->launched().await_all(static_cast<size_t>(device));
+  });
 }
 
 void PjrtRuntime::set_resident(bool on) {

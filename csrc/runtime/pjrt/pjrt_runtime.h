@@ -16,6 +16,12 @@
 //     memory instead.
 //   * Compiled executables are kept on disk (executable_cache.h) when the plugin can serialize
 //     them, so a restarted process skips the plugin's compiler.
+//   * Completion is asynchronous (launched.h, runtime/completion.h): a program launched from a
+//     stream worker whose outputs all stay on the device is not waited for in run(); the worker
+//     waits for launched programs before other work and when its queue drains.
+//   * Device out of memory: an upload or execution that fails with RESOURCE_EXHAUSTED evicts the
+//     device's resident buffers into their host bytes and is retried once; a second failure
+//     raises torch.OutOfMemoryError with the requested and available bytes (out_of_memory()).
 //   * Executables are compiled portable (not bound to a device): run() uploads to, and executes
 //     on, the PJRT device of runtime::execution_device(), so "tpu:i" is the plugin's device i.
 //
@@ -25,6 +31,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <atomic>
 #include <map>
@@ -35,6 +42,7 @@
 
 #include "runtime/pjrt/client.h"
 #include "runtime/pjrt/executable_cache.h"
+#include "runtime/pjrt/launched.h"
 #include "runtime/pjrt/resident_buffers.h"
 #include "runtime/runtime.h"
 #include "stablehlo/emitter.h"
@@ -45,6 +53,14 @@ namespace torch_tpu::pjrt {
 // num_partitions: 1 } compile_portable_executable: true }, written by hand (protobuf wire format) so that no protobuf library is
 // needed. Never throws.
 std::string compile_options_proto();
+
+// Device RESOURCE_EXHAUSTED handling since the process started (diagnostics and tests).
+struct OutOfMemoryStats {
+  std::atomic<int64_t> evictions{0};      // failures answered by evicting the device's resident buffers
+  std::atomic<int64_t> evicted_bytes{0};  // resident bytes those evictions dropped from the devices
+  std::atomic<int64_t> retried{0};        // uploads/executions that succeeded on the retry
+  std::atomic<int64_t> raised{0};         // failed again: raised as torch.OutOfMemoryError
+};
 
 // Host<->device transfers made by programs (resident-buffer syncs are in ResidencyStats).
 struct TransferStats {
@@ -91,6 +107,24 @@ class PjrtRuntime final : public runtime::Runtime {
   std::shared_ptr<Buffer> scalar_buffer(c::PJRT_Buffer_Type type, const at::Tensor& value, size_t device);
   // The resident-buffer table's figures (all 0 when TORCH_TPU_PJRT_RESIDENT=0).
   ResidencyStats residency_stats() const;
+  // Programs launched without waiting for them (launched.h; runtime/completion.h).
+  LaunchedPrograms& launched() const { return *launched_; }
+
+  // Out of device memory. Runs `attempt` (an upload, or with `execution` a program's execution,
+  // on `device`, needing at least `requested` bytes); on RESOURCE_EXHAUSTED
+  // (c10::OutOfMemoryError) waits for the device's launched programs (their buffers go), evicts
+  // its resident buffers into their host bytes and runs `attempt` once more; a second failure
+  // raises c10::OutOfMemoryError naming the call, the requested bytes, the device's free bytes
+  // where the plugin reports them and the bytes this process still holds there.
+  template <class F>
+  auto retry_out_of_memory(size_t device, int64_t requested, bool execution, F&& attempt) -> decltype(attempt());
+  // Downloads the stale resident entries of `device` into their host bytes and drops all of its
+  // entries; returns their bytes. Throws the device's error if a download fails.
+  int64_t evict(size_t device);
+  const OutOfMemoryStats& out_of_memory() const { return oom_; }
+  // Tests only: the next `uploads` uploads and `executions` executions of programs fail as a
+  // RESOURCE_EXHAUSTED of the plugin would (XLA's CPU plugin allocates from host RAM).
+  void inject_out_of_memory(int uploads, int executions);
 
  private:
   std::shared_ptr<Client> client_;
@@ -99,6 +133,13 @@ class PjrtRuntime final : public runtime::Runtime {
   std::unique_ptr<ResidentBuffers> resident_;  // null when TORCH_TPU_PJRT_RESIDENT=0
   std::atomic<bool> resident_on_{false};
   TransferStats transfers_;
+  OutOfMemoryStats oom_;
+  std::atomic<int> inject_oom_uploads_{0}, inject_oom_executions_{0};
+  // Throws the injected failure of an upload (or an execution) if one is pending.
+  void maybe_inject_out_of_memory(bool execution);
+  // The final OutOfMemoryError of retry_out_of_memory().
+  [[noreturn]] void raise_out_of_memory(size_t device, int64_t requested, bool execution, const c10::Error& error,
+                                        int64_t evicted);
   struct ScalarKey {
     c::PJRT_Buffer_Type type;
     uint64_t bits;  // the value's bytes, zero-extended
@@ -110,6 +151,7 @@ class PjrtRuntime final : public runtime::Runtime {
   std::map<ScalarKey, std::shared_ptr<Buffer>> scalars_;
   std::unique_ptr<std::vector<std::atomic<int64_t>>> executions_ =
       std::make_unique<std::vector<std::atomic<int64_t>>>(client_->devices().size());
+  std::unique_ptr<LaunchedPrograms> launched_ = std::make_unique<LaunchedPrograms>(client_->devices().size());
 };
 
 // The PJRT runtime chosen by TORCH_TPU_RUNTIME, created on first use:
@@ -123,5 +165,24 @@ class PjrtRuntime final : public runtime::Runtime {
 PjrtRuntime* pjrt_runtime(bool required);
 // The runtime created by pjrt_runtime(), or null. Never throws.
 PjrtRuntime* active_pjrt_runtime();
+
+template <class F>
+auto PjrtRuntime::retry_out_of_memory(size_t device, int64_t requested, bool execution, F&& attempt)
+    -> decltype(attempt()) {
+  try {
+    maybe_inject_out_of_memory(execution);
+    return attempt();
+  } catch (const c10::OutOfMemoryError&) {
+  }
+  const int64_t evicted = evict(device);
+  try {
+    maybe_inject_out_of_memory(execution);
+    auto result = attempt();
+    oom_.retried.fetch_add(1, std::memory_order_relaxed);
+    return result;
+  } catch (const c10::OutOfMemoryError& e) {
+    raise_out_of_memory(device, requested, execution, e, evicted);
+  }
+}
 
 }  // namespace torch_tpu::pjrt

@@ -116,6 +116,21 @@ void ResidentBuffers::sync_all_and_clear() {
   drop(0, UINTPTR_MAX, /*every_byte=*/false);
 }
 
+int64_t ResidentBuffers::evict(size_t device) {
+  std::lock_guard<std::mutex> g(mu_);
+  int64_t bytes = 0;
+  for (auto it = table_.begin(); it != table_.end();) {
+    if (it->second.array.device != device) {
+      ++it;
+      continue;
+    }
+    if (!it->second.host_current) download(it->first, it->second);
+    bytes += static_cast<int64_t>(it->second.end - it->first);
+    it = erase(it);
+  }
+  return bytes;
+}
+
 ResidencyStats ResidentBuffers::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   return stats_;

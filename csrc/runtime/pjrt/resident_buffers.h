@@ -71,6 +71,10 @@ class ResidentBuffers final : public runtime::Residency {
   // Downloads every stale entry and empties the table (turning residency off). Throws the
   // device's error.
   void sync_all_and_clear();
+  // Downloads the stale entries of `device` into their host bytes and drops every entry of that
+  // device (out of device memory: their buffers go once no program holds them). Returns the
+  // dropped entries' bytes. Throws the device's error.
+  int64_t evict(size_t device);
 
   ResidencyStats stats() const;
 

@@ -55,6 +55,8 @@ std::vector<StructSize> probe_struct_sizes(const Plugin& p) {
       ask<c::PJRT_LoadedExecutable_Execute_Args>(p, "PJRT_LoadedExecutable_Execute_Args",
                                                  a.PJRT_LoadedExecutable_Execute),
       ask<c::PJRT_Buffer_Destroy_Args>(p, "PJRT_Buffer_Destroy_Args", a.PJRT_Buffer_Destroy),
+      ask<c::PJRT_Buffer_OnDeviceSizeInBytes_Args>(p, "PJRT_Buffer_OnDeviceSizeInBytes_Args",
+                                                    a.PJRT_Buffer_OnDeviceSizeInBytes),
       ask<c::PJRT_Buffer_ToHostBuffer_Args>(p, "PJRT_Buffer_ToHostBuffer_Args", a.PJRT_Buffer_ToHostBuffer),
       ask<c::PJRT_Event_Await_Args>(p, "PJRT_Event_Await_Args", a.PJRT_Event_Await),
       ask<c::PJRT_Event_Destroy_Args>(p, "PJRT_Event_Destroy_Args", a.PJRT_Event_Destroy),
