@@ -141,6 +141,26 @@ class Contestant:
         self.counters = counters or (lambda: {})
 
 
+def training_step(data: list[tuple[Any, Any]], opt: Any, loss_of: Callable[[Any, Any], Any],
+                  ctx: Callable[[], Any], after_step: Callable[[], None]) -> Callable[[], Any]:
+    """One optimizer step per call over `data` in turn: zero_grad, loss_of(x, y), backward, step,
+    all inside the mode context `ctx`; returns the detached loss."""
+    it = [0]
+
+    def step() -> Any:
+        x, y = data[it[0] % len(data)]
+        it[0] += 1
+        with ctx():
+            opt.zero_grad(set_to_none=True)
+            loss = loss_of(x, y)
+            loss.backward()
+            opt.step()
+        after_step()
+        return loss.detach()
+
+    return step
+
+
 def make_contestant(torch: Any, models: Any, workload: str, name: str, device: Any,
                     wrap: Callable[[Any], Any] | None, ctx: Callable[[], Any], after_step: Callable[[], None],
                     sync: Callable[[], None], counters: Callable[[], dict[str, float]] | None = None) -> Contestant:
@@ -156,36 +176,14 @@ def make_contestant(torch: Any, models: Any, workload: str, name: str, device: A
         fwd = wrap(model) if wrap else model
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
         data = [(x.to(device), y.to(device)) for x, y in models.synthetic_text(4, cfg["batch"], mc["ctx"], mc["vocab"])]
-        it = [0]
-
-        def step() -> Any:
-            x, y = data[it[0] % len(data)]
-            it[0] += 1
-            with ctx():
-                opt.zero_grad(set_to_none=True)
-                loss = fwd(x, y)[1]
-                loss.backward()
-                opt.step()
-            after_step()
-            return loss.detach()
+        step = training_step(data, opt, lambda x, y: fwd(x, y)[1], ctx, after_step)
     elif workload == "resnet18":
         model = resnet18(torch, models).to(device)
         fwd = wrap(model) if wrap else model
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         data = [(torch.randn(cfg["batch"], 3, cfg["size"], cfg["size"], generator=g).to(device),
                  torch.randint(0, 10, (cfg["batch"],), generator=g).to(device)) for _ in range(4)]
-        it = [0]
-
-        def step() -> Any:
-            x, y = data[it[0] % len(data)]
-            it[0] += 1
-            with ctx():
-                opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(fwd(x), y)
-                loss.backward()
-                opt.step()
-            after_step()
-            return loss.detach()
+        step = training_step(data, opt, lambda x, y: torch.nn.functional.cross_entropy(fwd(x), y), ctx, after_step)
     elif workload == "decode":
         mc = cfg["model"]
         model = models.TinyGPT(**mc).to(device).eval()

@@ -245,6 +245,14 @@ class StreamContext:
 
 # -- memory -----------------------------------------------------------------------------------
 
+def _plugin_memory_stats(index: int) -> dict[str, int]:
+    """The PJRT plugin's own allocator figures for device `index` ({} where it keeps none)."""
+    try:
+        return dict(_C._pjrt_memory_stats(index))
+    except NotImplementedError:  # e.g. XLA's CPU plugin keeps no allocator statistics
+        return {}
+
+
 def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
     """The caching allocator's figures (keys as torch.cuda.memory_stats). On the PJRT runtime also
     `pjrt.resident_bytes` / `pjrt.resident_entries` (tensor bytes held in device buffers, all
@@ -257,10 +265,7 @@ def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
         stats["pjrt.resident_bytes"] = info["resident"]["bytes"]
         stats["pjrt.resident_entries"] = info["resident"]["entries"]
         stats["pjrt.device_bytes"], stats["pjrt.peak_device_bytes"] = _C._pjrt_device_bytes(i)
-        try:
-            plugin = _C._pjrt_memory_stats(i)
-        except NotImplementedError:  # e.g. XLA's CPU plugin keeps no allocator statistics
-            plugin = {}
+        plugin = _plugin_memory_stats(i)
         stats.update({f"pjrt.{k}": v for k, v in plugin.items() if v >= 0})
     return dict(sorted(stats.items()))
 
@@ -369,10 +374,7 @@ def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
     i = _index(device)
     on_device = _C._pjrt_device_bytes(i)
     if on_device is not None:
-        try:
-            plugin = _C._pjrt_memory_stats(i)
-        except NotImplementedError:  # e.g. XLA's CPU plugin keeps no allocator statistics
-            plugin = {}
+        plugin = _plugin_memory_stats(i)
         if plugin.get("bytes_limit", -1) >= 0 and plugin.get("bytes_in_use", -1) >= 0:
             return plugin["bytes_limit"] - plugin["bytes_in_use"], plugin["bytes_limit"]
         total = _C._device_capacity(i)
