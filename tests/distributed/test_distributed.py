@@ -40,6 +40,7 @@ def _env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(Path(torch_tpu.__file__).parents[1]), env.get("PYTHONPATH", "")])
     env["OMP_NUM_THREADS"] = "1"  # two ranks share the cores
     env.pop("TORCH_TPU_NUM_DEVICES", None)  # the default follows LOCAL_WORLD_SIZE
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)  # example_worker.py gets torch_tpu by autoload only
     env.update(extra)
     return env
 
