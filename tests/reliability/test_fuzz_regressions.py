@@ -175,17 +175,17 @@ def test_integer_fill_value_overflow(mode: str, value: float) -> None:
 
 # -- 6. checks torch.compile(backend="tpu") skipped (seeds 254, 649, 1006, 1520, 1682, 1936, 861) --
 
-def _compiled_raises(fn: Callable[..., Any], x: torch.Tensor) -> None:
+def _compiled_raises(fn: Callable[..., Any], *args: torch.Tensor) -> None:
     """CPU eager and CPU aot_eager both raise: compiled tpu raises with CPU's message."""
     with pytest.raises(Exception) as cpu:  # noqa: PT011 - the class is compared below
-        fn(x)
+        fn(*args)
     torch._dynamo.reset()
     with pytest.raises(Exception, match=None) as aot:  # noqa: PT011
-        torch.compile(fn, backend="aot_eager")(x)
+        torch.compile(fn, backend="aot_eager")(*args)
     assert str(cpu.value) in str(aot.value)
     torch._dynamo.reset()
     with pytest.raises(Exception) as got:  # noqa: PT011
-        _run(torch.compile(fn, backend="tpu"), (x,), "tpu")
+        _run(torch.compile(fn, backend="tpu"), args, "tpu")
     # Dynamo re-wraps errors raised while it traces (TorchRuntimeError), so only the message counts.
     assert str(cpu.value) in str(got.value), str(got.value)
 
@@ -227,3 +227,81 @@ def test_index_select_from_an_empty_dim(mode: str) -> None:
     assert out.shape == (0, 3)
     out = _same(lambda a, i: torch.index_select(a, 0, i), torch.zeros(3, 0), torch.tensor([2, 0]), mode=mode)
     assert out.shape == (2, 0)
+
+
+# -- error checks CPU makes (10,000-case run: seeds 6391, 2975, 6317, 3565, 2098, 8998) ---------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_empty_contraction_with_a_float_beta(mode: str) -> None:
+    """Seed 6391: with K == 0 CPU's addmm family multiplies self by beta as a scalar op, whose
+    result type must cast to self's; with K > 0 the integer product is computed as usual."""
+    i = torch.ones(3, 4, dtype=torch.int32)
+    msg = "result type Float can't be cast to the desired output type Int"
+    _same(lambda a, m, n: torch.addmm(a, m, n, beta=0.5, alpha=2), i, torch.ones(3, 0, dtype=torch.int32),
+          torch.ones(0, 4, dtype=torch.int32), mode=mode, msg=msg)
+    _same(lambda a, m, n: torch.baddbmm(a, m, n, beta=-1.0), i[None], torch.ones(1, 3, 0, dtype=torch.int32),
+          torch.ones(1, 0, 4, dtype=torch.int32), mode=mode, msg=msg)
+    _same(lambda a, m, n: torch.addbmm(a, m, n, beta=1.0), i, torch.ones(1, 3, 0, dtype=torch.int32),
+          torch.ones(1, 0, 4, dtype=torch.int32), mode=mode, msg=msg)
+    out = _same(lambda a, m, n: torch.addmm(a, m, n, beta=2), i, torch.ones(3, 0, dtype=torch.int32),
+                torch.ones(0, 4, dtype=torch.int32), mode=mode)
+    assert out.unique().tolist() == [2]
+    out = _same(lambda a, m, n: torch.addmm(a, m, n, beta=0.5, alpha=2), i, torch.ones(3, 2, dtype=torch.int32),
+                torch.ones(2, 4, dtype=torch.int32), mode=mode)
+    assert out.unique().tolist() == [4]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_index_put_into_an_empty_indexed_dim_with_no_elements_to_write(mode: str) -> None:
+    """Seeds 2975 and 8998: CPU checks an index into a size-0 dim from the shapes, even when the
+    other dims leave nothing to write (a movedim'd empty tensor, a slice past the end)."""
+    msg = "index is out of bounds for dimension with size 0"
+    for acc in (False, True):
+        _same(lambda a, i, v: torch.index_put(a, (i,), v, accumulate=acc), torch.zeros(0, 1, 0, dtype=torch.int32),
+              torch.tensor([0, 0]), torch.tensor(3, dtype=torch.int32), mode=mode, msg=msg)
+    out = _same(lambda a, i, v: torch.index_put(a, (i,), v), torch.zeros(0, 1, 0), torch.zeros(0, dtype=torch.long),
+                torch.tensor(1.0), mode=mode)
+    assert out.shape == (0, 1, 0)
+
+
+def test_compiled_index_put_into_an_empty_slice() -> None:
+    """Seed 8998 under torch.compile: the put into an empty slice of a clone raises, as on CPU."""
+    def fn(x, i, v):
+        base = x.clone()
+        base[1:].index_put_((i,), v, accumulate=True)
+        return base
+
+    _compiled_raises(fn, torch.ones(1, 5, 3), torch.tensor([0, 0]), torch.tensor(2.0))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_masked_scatter_with_too_few_source_elements_is_a_runtime_error(mode: str) -> None:
+    """Seed 6317: CPU raises RuntimeError; the gather that reads past the source says so too."""
+    mask = torch.tensor([[True, False], [True, True]])
+    with pytest.raises(RuntimeError, match="Number of elements of source"):
+        torch.zeros(2, 2).masked_scatter(mask, torch.ones(1))
+    with torch_tpu.mode(mode), pytest.raises(RuntimeError, match="out of bounds"):  # the wording differs
+        torch.zeros(2, 2, device="tpu").masked_scatter(mask.to("tpu"), torch.ones(1, device="tpu")).cpu()
+    out = _same(lambda x, m, s: x.masked_scatter(m, s), torch.zeros(2, 2), mask, torch.arange(1.0, 4.0), mode=mode)
+    assert out.tolist() == [[1.0, 0.0], [2.0, 3.0]]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_roll_of_an_empty_tensor(mode: str) -> None:
+    """Seed 3565: CPU returns an empty tensor before checking dims (shifts and dims must still align)."""
+    x = torch.zeros(5, 0, 5, dtype=torch.bool)
+    assert _same(lambda a: a.roll(-1, 3), x, mode=mode).shape == (5, 0, 5)
+    assert _same(lambda a: a.roll((1, 2), (0, 9)), x, mode=mode).shape == (5, 0, 5)
+    _same(lambda a: a.roll((1, 2), (0,)), x, mode=mode)
+    _same(lambda a: a.roll((1, 2)), x, mode=mode)
+
+
+def test_compiled_integer_pow_to_a_negative_exponent() -> None:
+    """Seed 2098: ATen's meta function rejects it in eager mode; a compiled graph's lowering does too."""
+    _compiled_raises(lambda a: torch.pow(a, -1), torch.ones(1, 2, 5, dtype=torch.int32))
+    for mode in ("strict", "fused"):
+        _same(lambda a: torch.pow(a, -1), torch.ones(2, dtype=torch.int32), mode=mode)
+    x = torch.arange(1, 5, dtype=torch.int32)
+    torch._dynamo.reset()
+    got = torch.compile(lambda a: torch.pow(a, 2), backend="tpu")(x.to("tpu")).cpu()
+    assert got.tolist() == [1, 4, 9, 16]

@@ -280,6 +280,9 @@ def pow_(b: GraphBuilder, x: Value, y: Value) -> Value:
     # A Python number exponent (pow.Tensor_Scalar) lets the runtime take ATen's recipes for it
     # (x^2 = x*x, ...); a tensor exponent, even a 0-d one, is CPU's general pow.
     scalar = y.wrapped and not x.wrapped
+    # ATen's meta function checks this in eager mode; a compiled graph reaches the lowering.
+    _reject(scalar and not x.dtype.is_floating_point and not x.dtype.is_complex and not y.dtype.is_floating_point
+            and y.const is not None and y.const < 0, "Integers to negative integer powers are not allowed.")
     if scalar and result_type(x, y) == torch.bfloat16:
         # CPU's bfloat16 pow with a scalar exponent rounds every product to bfloat16 (x^3 is
         # (x*x)*x with x*x rounded first; PowKernel.cpp). A bfloat16 IR pow asks the runtime for

@@ -363,6 +363,9 @@ def index_put(b: GraphBuilder, x: Value, indices: Sequence[Value | None], values
         return masked
     rows, lin, bshape, r_sizes, perm_out, out_shape, perm_in = _plan(b, x, indices, "index_put")
     nb, R = lin.shape[0], rows.shape[1]
+    if nb and any(i is not None and x.shape[d] == 0 for d, i in enumerate(indices)):
+        # CPU checks this from the shapes alone, even when no element would be written (R == 0).
+        raise IndexError("index is out of bounds for dimension with size 0")
     # CPU's order: index checks (_plan), the source's shape, its dtype; indices in the kernel.
     vs = list(values.shape)
     if len(vs) > len(out_shape) or any(v not in (1, o) for v, o in zip(vs[::-1], out_shape[::-1])):
@@ -445,7 +448,8 @@ def masked_scatter(b: GraphBuilder, x: Value, mask: Value, source: Value) -> Val
         pos = b.max(k, full_i64(b, 0, [n]))
         over = b.compare("ge", pos, full_i64(b, source.numel(), [n]))
         pos = b.select(b.binary("and", mflat, over), full_i64(b, -1, [n]), b.select(over, full_i64(b, 0, [n]), pos))
-    taken = b.gather(src, pos, 0)
+    # Too few source elements is CPU's RuntimeError, not an indexing IndexError.
+    taken = b.gather(src, pos, 0, runtime_error=True)
     return b.reshape(b.select(mflat, taken, b.reshape(xb, [n])), shape)
 
 

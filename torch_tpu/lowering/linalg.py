@@ -69,6 +69,21 @@ def _add_scaled(b: GraphBuilder, self: Value, prod: Value, beta: Value, alpha: V
     return b.convert(b.add(term, p), out_dtype)
 
 
+def _check_empty_product_beta(self: Value, k: int, beta: Value) -> None:
+    """With an empty contraction (k == 0) CPU's addmm/baddbmm/addbmm compute ``beta * self`` as a
+    scalar multiply whose result type must cast back to self's: an integer self with a float beta
+    (or a bool self with a number) raises. A runtime beta's value is unknown here, so a float
+    0.0 raises too, where CPU returns zeros."""
+    if k != 0 or beta.const == 0:
+        return
+    def category(d: torch.dtype) -> int:
+        return 2 if d.is_floating_point or d.is_complex else 0 if d == torch.bool else 1
+    if category(beta.dtype) > category(self.dtype):
+        from .elementwise import _tname  # elementwise does not import linalg
+        promoted = torch.get_default_dtype() if category(beta.dtype) == 2 else torch.int64
+        raise RuntimeError(f"result type {_tname(promoted)} can't be cast to the desired output type {_tname(self.dtype)}")
+
+
 @register(aten.mm.default)
 def mm(b: GraphBuilder, x: Value, y: Value) -> Value:
     _check(x.rank == 2, "self must be a matrix")
@@ -97,6 +112,7 @@ def addmm(b: GraphBuilder, self: Value, m1: Value, m2: Value, beta: Value, alpha
            f"({m1.shape[0]}x{m1.shape[1]} and {m2.shape[0]}x{m2.shape[1]})")
     _check_same_dtype(m1, m2)
     _check(self.dtype == m1.dtype, f"self and mat2 must have the same dtype, but got {self.dtype} and {m1.dtype}")
+    _check_empty_product_beta(self, m1.shape[1], beta)
     prod = contract(b, m1, m2, [], [], [1], [0], keep_opmath=True)
     return _add_scaled(b, self, prod, beta, alpha, m1.dtype)
 
@@ -126,6 +142,7 @@ def baddbmm(b: GraphBuilder, self: Value, b1: Value, b2: Value, beta: Value, alp
            f"but got: [{b2.shape[0]}, {b2.shape[1]}].")
     _check_same_dtype(b1, b2)
     _check(self.dtype == b1.dtype, f"Input dtypes must be the same, got: input {self.dtype}, batch1: {b1.dtype}")
+    _check_empty_product_beta(self, b1.shape[2], beta)
     prod = contract(b, b1, b2, [0], [0], [2], [1], keep_opmath=True)
     return _add_scaled(b, self, prod, beta, alpha, b1.dtype)
 
@@ -136,6 +153,7 @@ def addbmm(b: GraphBuilder, self: Value, b1: Value, b2: Value, beta: Value, alph
     _check(b1.shape[0] == b2.shape[0] and b1.shape[2] == b2.shape[1],
            f"batch1 and batch2 shapes cannot be multiplied ({b1.shape} and {b2.shape})")
     _check_same_dtype(b1, b2)
+    _check_empty_product_beta(self, b1.shape[0] * b1.shape[2], beta)
     # The sum over the batch is one more contracting dimension.
     prod = contract(b, b1, b2, [], [], [0, 2], [0, 1], keep_opmath=True)
     return _add_scaled(b, self, prod, beta, alpha, b1.dtype)

@@ -469,6 +469,10 @@ def flip(b: GraphBuilder, x: Value, dims: Sequence[int]) -> Value:
 @register(aten.roll.default)
 def roll(b: GraphBuilder, x: Value, shifts: Sequence[int], dims: Sequence[int] = ()) -> Value:
     shifts, dims = list(shifts), list(dims)
+    if x.numel() == 0:  # CPU returns an empty tensor before checking the dims
+        if len(shifts) != len(dims) and (dims or len(shifts) != 1):
+            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+        return x
     if not dims:
         if len(shifts) != 1:
             raise RuntimeError(f"`shifts` required to be of size 1 when `dims` is empty, got {len(shifts)}")
