@@ -23,8 +23,9 @@ import torch.fx as fx
 from .. import _C
 from ..lowering.registry import is_user_lowering
 from .decompositions import decompositions
-from .stats import counters, record_fallback, record_recompile
+from .flex_attention import inline_flex_attention
 from .lower_graph import Symbolic, Unsupported, effect_checks, graph_constants, input_kind, lower_graph
+from .stats import counters, record_fallback, record_recompile
 
 # Compiled programs by (graph code, input signature): a graph Dynamo recompiles with other
 # guards but the same ATen code and inputs reuses its program.
@@ -386,6 +387,7 @@ def tpu_backend(gm: fx.GraphModule, example_inputs: Sequence, **kwargs) -> Calla
 
     counters().graphs_seen += 1
     _note_recompile(gm)
+    inline_flex_attention(gm)
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     # Inductor's partitioner: what the backward needs is saved or recomputed by cost (views and

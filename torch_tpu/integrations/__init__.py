@@ -1,6 +1,6 @@
 """Integration points: libraries that discover devices from a fixed list of names
-(accelerate.py) and PyTorch custom ops whose only implementation needs a dtype tpu lacks
-(varlen.py).
+(accelerate.py, flex_attention.py) and PyTorch custom ops whose only implementation needs a
+dtype tpu lacks (varlen.py).
 
 Each library module we extend is patched right after it executes (a one-shot import hook, as
 ``torch_tpu.compile.registration`` does for Dynamo), or at once when it is already imported, so
@@ -15,9 +15,10 @@ import sys
 from collections.abc import Callable
 
 from . import accelerate as _accelerate
+from . import flex_attention as _flex_attention
 from . import varlen as _varlen
 
-_ACTIONS: dict[str, Callable] = {**_accelerate.ACTIONS, **_varlen.ACTIONS}
+_ACTIONS: dict[str, Callable] = {**_accelerate.ACTIONS, **_flex_attention.ACTIONS, **_varlen.ACTIONS}
 
 
 class _Hook(importlib.abc.MetaPathFinder):
