@@ -13,7 +13,7 @@ import torch
 
 from ..ir.builder import GraphBuilder, Value
 from .core import broadcast_shapes, broadcast_to
-from .elementwise import eye
+from .creation import eye
 from .nn import check
 from .registry import register
 from .shape import diagonal, full_i64
