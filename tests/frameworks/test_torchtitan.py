@@ -1,6 +1,6 @@
-"""TorchTitan's llama3 debug model (varlen attention, test sizes; titan_run.py) trains on "tpu"
-unchanged: 10 steps on one process in each mode and under torchrun with FSDP on 2 ranks, with
-losses compared to the same run on CPU."""
+"""TorchTitan's llama3 debug model (varlen attention and its default FlexAttention; test sizes;
+titan_run.py) trains on "tpu" unchanged: 10 steps on one process in each mode and under
+torchrun with FSDP on 2 ranks, with losses compared to the same run on CPU."""
 
 from __future__ import annotations
 
@@ -35,16 +35,16 @@ def _run(cmd: list[str], out: Path, **env: str) -> dict:
     return json.loads(out.read_text())
 
 
-def _torchrun(tmp: Path, assets: Path, device: str, ranks: int, mode: str = "strict") -> list[float]:
+def _torchrun(tmp: Path, assets: Path, device: str, ranks: int, mode: str = "strict", attn: str = "varlen") -> list[float]:
     """TorchTitan's own launch: torchrun, one process per rank (FSDP over them when 2)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = tmp / f"{device}_{mode}_{ranks}.json"
+    out = tmp / f"{device}_{mode}_{ranks}_{attn}.json"
     extra = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"} if device == "cpu" and ranks == 1 else {}
     return _run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-addr",
                  "127.0.0.1", "--master-port", str(port), RUNNER, str(out), str(assets), "--device", device,
-                 "--mode", mode, "--steps", str(STEPS)], out, **extra)["losses"]
+                 "--mode", mode, "--attn", attn, "--steps", str(STEPS)], out, **extra)["losses"]
 
 
 def _single(tmp: Path, assets: Path, device: str, mode: str = "strict") -> list[float]:
@@ -67,6 +67,13 @@ def _close(got: list[float], want: list[float]) -> None:
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_llama3_debugmodel_one_process_matches_cpu(tmp_path, titan_assets, cpu_losses, mode: str) -> None:
     _close(_single(tmp_path, titan_assets, "tpu", mode), cpu_losses)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_llama3_debugmodel_flex_attention_matches_cpu(tmp_path, titan_assets, cpu_losses, mode: str) -> None:
+    """TorchTitan's default attention backend (FlexAttention, compiled by TorchTitan with
+    torch.compile's default backend) against the varlen CPU run: both causal per document."""
+    _close(_torchrun(tmp_path, titan_assets, "tpu", 1, mode, attn="flex"), cpu_losses)
 
 
 def test_llama3_debugmodel_fsdp_two_ranks_matches_cpu(tmp_path, titan_assets) -> None:

@@ -3,8 +3,11 @@ JSON: ``python titan_run.py OUT.json ASSETS_DIR --device tpu|cpu [--mode strict|
 [--steps N] [--seq-len L] [--batch B]``, alone or under torchrun (FSDP over the ranks).
 
 TorchTitan itself is unchanged. The config is its ``llama3_debugmodel_varlen_attn()`` (the
-debug model with the "varlen" attention backend: FlexAttention, the default, refuses "tpu"
-tensors in PyTorch itself, and SDPA is no longer offered for language models) with test-sized
+debug model with the "varlen" attention backend), or with ``--attn flex`` its
+``llama3_debugmodel()`` (the default "flex" backend: FlexAttention under TorchTitan's own
+``torch.compile``, which torch_tpu routes to the tpu backend; causal within each packed
+document, as varlen, so the CPU reference is the varlen run: CPU's FlexAttention has no
+backward). SDPA is no longer offered for language models. Both with test-sized
 settings: offline tokenizer and data (assets.py), no checkpointing, validation or activation
 checkpointing. Two test instruments, identical on both devices: the parameters are
 overwritten after the trainer built the model with values drawn on the CPU from a fixed seed
@@ -30,6 +33,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("assets")
     p.add_argument("--device", choices=["tpu", "cpu"], default="tpu")
     p.add_argument("--mode", choices=["strict", "fused", "compiled"], default="strict")
+    p.add_argument("--attn", choices=["varlen", "flex"], default="varlen")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--batch", type=int, default=2)
@@ -58,11 +62,11 @@ def main() -> None:
         import torch_tpu
 
         torch_tpu.set_mode("fused" if args.mode == "fused" else "strict")
-    from torchtitan.models.llama3.config_registry import llama3_debugmodel_varlen_attn
+    from torchtitan.models.llama3.config_registry import llama3_debugmodel, llama3_debugmodel_varlen_attn
     from torchtitan.tools.logging import init_logger
 
     init_logger()
-    cfg = llama3_debugmodel_varlen_attn()
+    cfg = llama3_debugmodel() if args.attn == "flex" else llama3_debugmodel_varlen_attn()
     cfg.hf_assets_path = os.path.join(args.assets, "tokenizer")
     cfg.dataloader.dataset_path = os.path.join(args.assets, "data")
     cfg.training.seq_len = args.seq_len
