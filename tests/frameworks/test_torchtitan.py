@@ -69,10 +69,11 @@ def test_llama3_debugmodel_one_process_matches_cpu(tmp_path, titan_assets, cpu_l
     _close(_single(tmp_path, titan_assets, "tpu", mode), cpu_losses)
 
 
-@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("mode", ["strict", "fused", "compiled"])
 def test_llama3_debugmodel_flex_attention_matches_cpu(tmp_path, titan_assets, cpu_losses, mode: str) -> None:
     """TorchTitan's default attention backend (FlexAttention, compiled by TorchTitan with
-    torch.compile's default backend) against the varlen CPU run: both causal per document."""
+    torch.compile's default backend) against the varlen CPU run: both causal per document.
+    "compiled" is TorchTitan's compile.enable for the model and the loss (its default backend)."""
     _close(_torchrun(tmp_path, titan_assets, "tpu", 1, mode, attn="flex"), cpu_losses)
 
 

@@ -85,7 +85,9 @@ def main() -> None:
     if args.mode == "compiled":
         cfg.compile.enable = True
         cfg.compile.components = ["model", "loss"]
-        cfg.compile.backend = "tpu"
+        # TorchTitan refuses any backend but "inductor" and "aot_eager" around FlexAttention;
+        # torch.compile's default routes tpu graphs to the tpu backend (compile/default_route.py).
+        cfg.compile.backend = "inductor" if args.attn == "flex" else "tpu"
     trainer = cfg.build()
     _same_init(trainer)
     losses: list[float] = []
