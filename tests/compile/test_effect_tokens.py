@@ -1,4 +1,5 @@
-"""Graphs with effect tokens: linalg.cholesky's error check under torch.compile(backend="tpu").
+"""Checks on device values under torch.compile(backend="tpu"): linalg.cholesky's error check
+(ordered by an effect token) and torch._assert_async.
 
 AOTAutograd orders ``_linalg_check_errors`` (the not-positive-definite check eager
 ``linalg.cholesky`` runs) behind an effect token. The graph must still compile as one program
@@ -117,3 +118,24 @@ def test_torch_cholesky_and_cholesky_solve_under_compile():
     with pytest.raises(torch.linalg.LinAlgError) as tpu_error:
         fn(bad.to("tpu"), rhs.to("tpu"))
     assert str(tpu_error.value) == str(cpu_error.value)
+
+
+def _nonnegative_doubled(x: torch.Tensor) -> torch.Tensor:
+    torch._assert_async((x >= 0).all(), "values must be non-negative")
+    return x * 2
+
+
+def test_assert_async_is_checked_not_dropped():
+    """A failing torch._assert_async in a compiled graph raises its message by the next
+    synchronization, as in eager mode (it was dropped before); a passing one costs no fallback.
+    (Without a message, AOTAutograd itself removes the assertion as dead code: CPU under
+    aot_eager does not raise either.)"""
+    fn = torch.compile(_nonnegative_doubled, backend="tpu")
+    fallbacks = stats()["fallbacks"]
+    assert fn(torch.ones(3, device="tpu")).cpu().tolist() == [2.0, 2.0, 2.0]
+    assert stats()["fallbacks"] == fallbacks
+    with pytest.raises(RuntimeError, match="values must be non-negative"):
+        fn(-torch.ones(3, device="tpu"))
+        torch.tpu.synchronize()
+    # The failed check leaves the device usable.
+    assert fn(torch.arange(3.0, device="tpu")).cpu().tolist() == [0.0, 2.0, 4.0]

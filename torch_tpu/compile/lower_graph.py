@@ -13,9 +13,12 @@ parameters, which the runtime binds to the device generator at each run.
 
 Effect tokens: AOTAutograd threads ops with side effects through ``with_effects`` nodes and
 token inputs/outputs (the runtime passes None for the tokens and drops the returned ones).
-The one such op the eager ATen of a supported op emits is ``_linalg_check_errors`` (after
-``linalg.cholesky``): its ``info`` operand becomes an extra result of the program, and the
-compiled callable checks it after the run (``effect_checks``), which raises as eager mode does.
+Checks on device values work the same way with or without a token: ``_linalg_check_errors``
+(after ``linalg.cholesky``) and ``torch._assert_async`` (TorchTitan's position checks, the
+``torch.distributions`` validation, code a user writes): the checked tensor becomes an extra
+result of the program, and the compiled callable applies the check to it after the run
+(``effect_checks``), as eager mode does: ``_assert_async`` is queued behind the run and raises
+at the next synchronization, so a failing check is never dropped.
 """
 
 from __future__ import annotations
@@ -48,17 +51,17 @@ class Symbolic(Exception):
     """The graph has symbolic shapes: it must be specialized on concrete inputs."""
 
 
-# Ops that only restate a value (autograd bookkeeping, runtime assertions).
+# Ops that only restate a value (autograd bookkeeping, assertions on sizes and metadata).
 _IDENTITY = {aten.detach.default, aten.alias.default, aten.lift_fresh_copy.default}
-_NO_OPS = {aten._assert_async.default, aten._assert_async.msg, aten._assert_scalar.default,
-           aten._assert_tensor_metadata.default, aten.sym_constrain_range_for_size.default}
+_NO_OPS = {aten._assert_scalar.default, aten._assert_tensor_metadata.default,
+           aten.sym_constrain_range_for_size.default}
 
 # Allocations: eager mode makes them natively (no IR); in a graph any value is a valid result.
 _EMPTY = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default, aten.new_empty.default,
           aten.new_empty_strided.default, aten.empty_permuted.default}
 
 _WITH_EFFECTS = getattr(torch.ops.higher_order, "with_effects", None)
-_CHECKED_EFFECTS = {aten._linalg_check_errors.default}
+_CHECKED_EFFECTS = {aten._linalg_check_errors.default, aten._assert_async.default, aten._assert_async.msg}
 
 
 class _Token:
