@@ -68,3 +68,30 @@ def test_unsupported_arguments_raise() -> None:
     cu = torch.tensor([0, 4], dtype=torch.int32, device="tpu")
     with pytest.raises(NotImplementedError, match="dropout_p > 0"):
         aten._flash_attention_forward(q, q, q, cu, cu, 4, 4, 0.5, True, False)
+
+
+def test_varlen_attn_under_compile_runs_its_graphs_eagerly_with_a_reason() -> None:
+    """torch.compile(backend="tpu") of varlen_attn: the custom op has no graph lowering and its
+    backward graph takes the uint64 random state (a dtype the IR lacks), so both graphs run their
+    ops eagerly, with the reason in the warning; values and gradients equal per-document SDPA."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lens = [5, 7]
+    q, k, v = (torch.randn(sum(lens), 2, 8) for _ in range(3))
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = _reference(*leaves, lens, True)
+    grads = torch.autograd.grad(want.sum(), leaves)
+
+    def loss(q, k, v, cu):
+        return varlen_attn(q, k, v, cu, cu, max(lens), max(lens), window_size=(-1, 0)).sum()
+
+    tleaves = [t.detach().to("tpu").requires_grad_() for t in (q, k, v)]
+    with pytest.warns(UserWarning, match="uint64, a dtype the IR has no type for"):
+        got = torch.compile(loss, backend="tpu")(*tleaves, cu.to("tpu"))
+        tgrads = torch.autograd.grad(got, tleaves)
+    torch.testing.assert_close(got.cpu(), want.sum())
+    for g, e in zip(tgrads, grads):
+        torch.testing.assert_close(g.cpu(), e)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from ..ir.builder import OP_ID, GraphBuilder, Value
+from ..ir.builder import DTYPES, OP_ID, GraphBuilder, Value
 from ..lowering import layout
 from ..lowering.apply import apply_lowering, normalize_args
 from ..lowering.complex_value import ComplexValue, from_pair, real_dtype, to_pair
@@ -192,6 +192,8 @@ def lower_graph(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = 
                 v = from_pair(b, p)
                 v.id = p.id
             else:
+                if x.dtype not in DTYPES:  # e.g. varlen_attn's uint64 random state, saved for backward
+                    raise Unsupported("graph", f"input {node.name} is {x.dtype}, a dtype the IR has no type for")
                 v = b.parameter(i, x.dtype, shape)
             if x.is_contiguous():  # traced strides: what ATen's det/slogdet factorize depends on it
                 layout.mark_contiguous(v)
