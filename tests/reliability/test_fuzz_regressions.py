@@ -220,6 +220,9 @@ def test_compiled_sort_of_0d_checks_dim(op: Callable[..., Any]) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_index_select_from_an_empty_dim(mode: str) -> None:
     _same(lambda a, i: torch.index_select(a, 0, i), torch.zeros(0, 3), torch.tensor([0]), mode=mode)
+    # A 1-d self: IndexError (seeds 6407, 7649, 9548)
+    _same(lambda a, i: torch.index_select(a, 0, i), torch.zeros(0, dtype=torch.int64), torch.tensor([0]), mode=mode)
+    _same(lambda a, i: torch.index_select(a, -1, i), torch.zeros(0), torch.tensor([0, 0]), mode=mode)
     _same(lambda a, i: torch.index_select(a, 1, i), torch.zeros(0, 3, 0, dtype=torch.int32),
           torch.tensor([0, 0, 0]), mode=mode)  # self has no elements at all: CPU still refuses
     out = _same(lambda a, i: torch.index_select(a, 0, i), torch.zeros(0, 3), torch.zeros(0, dtype=torch.long),

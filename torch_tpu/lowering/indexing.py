@@ -69,9 +69,11 @@ def _as_rank1(b: GraphBuilder, x: Value) -> Value:
 def index_select(b: GraphBuilder, x: Value, dim: int, index: Value) -> Value:
     d = _dim_of(x, dim)
     idx = _index_1d(b, index, "index_select")
-    # CPU refuses any index into an empty dim before it reads one (an out-of-range index is
-    # IndexError only where the dim has elements).
+    # CPU refuses any index into an empty dim before it reads one: a 1-d self with IndexError
+    # (its vector kernel's bounds check), a higher rank with the RuntimeError below.
     if x.rank > 0 and x.shape[d] == 0 and idx.numel() > 0:
+        if x.rank == 1:
+            raise IndexError("index out of range in self")
         raise RuntimeError("index_select(): self indexing axis dim should be positive")
     out = take_along_axis(b, _as_rank1(b, x), d, idx)
     return b.reshape(out, []) if x.rank == 0 else out
