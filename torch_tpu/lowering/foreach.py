@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..ir.builder import GraphBuilder, Value
+from . import creation
 from . import elementwise as ew
 from .apply import NeedsBakedScalars
 from .core import broadcast_to, opmath
@@ -233,7 +234,7 @@ def foreach_zero(b: GraphBuilder, xs: list[Value]) -> list[Value]:
 @register(aten._foreach_copy.default)
 def foreach_copy(b: GraphBuilder, xs: list[Value], srcs: list[Value], non_blocking: bool = False) -> list[Value]:
     _check_lists(xs, srcs)
-    return [ew.copy(b, x, s) for x, s in zip(xs, srcs)]
+    return [creation.copy(b, x, s) for x, s in zip(xs, srcs)]
 
 
 # -- reductions ------------------------------------------------------------------------------
