@@ -67,7 +67,7 @@ struct Program {
   std::vector<ReturnSpec> returns;
   // Compiled graphs only: values written into the CPU 0-d tensors the graph mutates (an
   // optimizer's step counts), which depend on scalar bindings alone: a host run computes them
-  // once the program is enqueued (csrc/python/compile_bindings.cpp). target: the binding.
+  // once the program is enqueued (exec/compiled.cpp). target: the binding.
   std::vector<OutputSpec> host_outputs;
   uint64_t rng_counters = 0;  // Philox counters consumed per run (0: no randomness)
   // Small enough that handing it to a stream worker costs more than running it: strict mode

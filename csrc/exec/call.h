@@ -109,6 +109,11 @@ void lowered_op_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, to
 // arguments on the stack with its results; false (stack untouched) when all are on one device.
 bool run_foreach_across_devices(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// Makes `qualname.overload` (overload "" or "default": the default one) a PrivateUse1 kernel of
+// the lowering path, ranking above a user op's CompositeExplicitAutograd kernel
+// (exec/user_ops.cpp). Idempotent; ValueError for a name without a namespace.
+void register_lowered_op(const std::string& qualname, const std::string& overload);
+
 // Runs an op through the lowering path even if a kernel is registered for it (used by C++
 // kernels that pre-process arguments, e.g. boolean-mask indexing).
 void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack);

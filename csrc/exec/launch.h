@@ -1,5 +1,5 @@
 // Running a compiled Program on tpu tensors: the pieces of the per-op path's execute() that
-// other callers (compiled FX graphs, csrc/python/compile_bindings.cpp) share with it.
+// other callers (compiled FX graphs, exec/compiled.cpp) share with it.
 //
 // Design: execute() (dispatch.cpp) reserves random-number counters, allocates new outputs and
 // launches the program with strict/debug semantics. Compiled graphs need the same three steps

@@ -6,7 +6,7 @@
 namespace torch_tpu::python {
 void init_ir_bindings(pybind11::module_& m);         // ir_bindings.cpp: graphs, host execution of IR
 void init_device_bindings(pybind11::module_& m);     // device_bindings.cpp: devices, memory, streams, rng
-void init_exec_bindings(pybind11::module_& m);       // exec_bindings.cpp: modes, lowering bridge, metrics
+void init_exec_bindings(pybind11::module_& m);       // exec_bindings.cpp: modes, metrics, the lowering callback
 void init_fused_bindings(pybind11::module_& m);      // fused_bindings.cpp: flushing, fusion diagnostics
 void init_cache_bindings(pybind11::module_& m);      // cache_bindings.cpp: the program cache's disk tier
 void init_stablehlo_bindings(pybind11::module_& m);  // stablehlo_bindings.cpp: IR -> StableHLO text

@@ -227,7 +227,7 @@ def test_saved_query_key_value_are_views_of_one_projection():
 def test_view_of_an_input_laid_out_otherwise_than_traced_has_the_traced_values():
     """A returned view of an input is taken with the traced strides; an input laid out
     otherwise (a saved tensor an earlier graph returned contiguous where the trace had it
-    transposed) is first copied into the traced layout (compile_bindings.cpp, input_view)."""
+    transposed) is first copied into the traced layout (exec/compiled.cpp, traced_view)."""
 
     def f(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return w.t(), w * 2
@@ -282,7 +282,7 @@ def test_written_input_sharing_memory_with_another_input_keeps_program_order():
     """A compiled program assumes its inputs are distinct memory (one memory class each), which
     lets the host runtime keep clusters open across writes to other inputs. Called with a
     written input that another input views, it runs a program compiled without that
-    assumption: the read of ``b`` still sees ``a``'s old values (compile_bindings.cpp,
+    assumption: the read of ``b`` still sees ``a``'s old values (exec/compiled.cpp,
     conservative())."""
 
     def f(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -112,13 +112,16 @@ def _is_token(node: fx.Node, x) -> bool:
 
 @dataclass
 class LoweredGraph:
-    """What ``torch_tpu._C._CompiledGraph`` takes: see csrc/python/compile_bindings.cpp."""
+    """What ``torch_tpu._C._CompiledGraph`` takes (csrc/exec/compiled.h). outputs, returns and
+    host_outputs are the output plan, in the format per-op lowerings use too
+    (csrc/exec/output_plan.h)."""
 
     nodes: list[tuple]
     # (node id, -1: new tensor | input index it is written into[, whether that input is bound as a copy])
     outputs: list[tuple]
     # ("n", new k) | ("i", input i) | ("c", constant) |
-    # ("v", input i, sizes, strides, storage offset from the input's, input sizes, input strides)
+    # ("v", input i, sizes, strides, storage offset from the input's, input sizes, input strides) |
+    # ("w", new k, the same geometry)
     returns: list[tuple]
     rng_counters: int
     num_inputs: int

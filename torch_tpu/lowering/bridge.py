@@ -18,9 +18,11 @@ and gets back ``(nodes, outputs, returns, rng_counters, baked)``:
   outputs  [(node_id, target[, dtype_code])]: target >= 0 writes the tensor of that binding
            (converting the dtype, resizing an out= tensor whose size differs), -1 allocates the
            next new tensor; dtype_code marks a complex new tensor (the node is its view_as_real)
-  returns  one entry per schema return: int k (new tensor k), ("b", binding) (an argument
-           returned as is), None (an undefined tensor), or a list of those (Tensor[] returns)
+  returns  one entry per schema return: ("n", k) (new tensor k), ("i", binding) (an argument
+           returned as is), ("c", None) (an undefined tensor), or ("l", [those]) (Tensor[])
   baked    True when scalars had to be baked in (the caller then keys on their values)
+outputs and returns are the output plan that compiled graphs hand over too, read by one parser
+(csrc/exec/output_plan.h has the whole format).
 """
 
 from __future__ import annotations
@@ -163,13 +165,13 @@ def _lower(op: torch._ops.OpOverload, descs: list, bake: bool) -> tuple:
     for r in returns:
         if isinstance(r, tuple) and r and r[0] == "arg":
             a = args[r[1]]
-            codes.append([("b", binding_of(x)) for x in a] if isinstance(a, list) else ("b", binding_of(a)))
+            codes.append(("l", [("i", binding_of(x)) for x in a]) if isinstance(a, list) else ("i", binding_of(a)))
         elif isinstance(r, list):
-            codes.append([new_tensor(v) for v in r])
+            codes.append(("l", [("n", new_tensor(v)) for v in r]))
         elif r is None:  # e.g. a backward result disabled by output_mask: an undefined tensor
-            codes.append(None)
+            codes.append(("c", None))
         else:
-            codes.append(new_tensor(r))
+            codes.append(("n", new_tensor(r)))
     for i, nv in mutations:
         target = args[i]
         if isinstance(target, list):
