@@ -2,11 +2,25 @@
 
 KV cache layout (vLLM's LBHNC, the CPU backend's): per layer `[num_blocks, num_kv_heads,
 block_size, 2 * head_size]`, whose `[block_size * 2, head_size]` rows hold the block's keys
-then its values. A step's metadata (built once, shared by every layer) pads the batch to
-`[num_reqs, max_query_len]` queries against `[num_reqs, ceil(max_seq_len / block_size) *
-block_size]` keys gathered through the block table, with an additive causal mask; each layer
-is then two batched matmuls and a float32 softmax. No CPU kernel runs: every op here is a
-tpu op (gather, matmul, softmax, index_put), so it runs wherever torch_tpu runs.
+then its values. A step's metadata is built once on the host (numpy, from the runner's host
+copy of the block table: no device read) and shared by every layer:
+
+- KV write: one `copy_` per (request, block) run of new tokens into that block's slice of
+  the cache (keys and values stacked). Not `index_put_`: a scatter reads the whole cache it
+  writes, so the host runtime computes it aside and copies the whole cache back (~5-10 ms
+  per call for a 16 MiB layer); a slice copy touches only the slots written.
+- One request (a single prompt's prefill, with or without a cached prefix, or one decode):
+  one flash-attention op (`aten._flash_attention_forward`, bottom-right aligned causal, the
+  key/value heads repeated inside the op for GQA) over the new keys and values as they are
+  (no cached prefix) or over the request's cached keys gathered by slot (one gather each).
+- Several requests: queries padded to `[reqs, kv_heads, group * max_query_len]`, keys and
+  values gathered through the block table to `[reqs, kv_heads, blocks * block_size]` (one
+  gather each, only the blocks of the longest sequence), a boolean causal/padding mask, and
+  one `aten._scaled_dot_product_efficient_attention` op; one gather back to token order.
+
+All index tensors are made on the host and copied in once per step; the cache is indexed as
+the contiguous tensor it is (a gather through a strided key/value view of it made the host
+runtime copy the whole view first). No CPU kernel runs: every op here is a tpu op.
 """
 
 from __future__ import annotations
@@ -66,70 +80,139 @@ class TpuAttentionBackend(AttentionBackend):
 
 @dataclass
 class TpuAttentionMetadata:
-    """One step's batch layout, shared by all layers (every tensor lives on the device)."""
+    """One step's batch layout, shared by all layers (tensors on the device, made on the host)."""
 
     num_actual_tokens: int
+    num_reqs: int
     max_query_len: int
-    num_kv_blocks: int  # blocks gathered per request: ceil(max_seq_len / block_size)
-    block_table: torch.Tensor  # [num_reqs, num_kv_blocks] int64
-    query_index: torch.Tensor  # [num_reqs, max_query_len] int64: flat token of each query slot
-    output_index: torch.Tensor  # [num_actual_tokens] int64: padded query slot of each token
-    mask: torch.Tensor  # [num_reqs, 1, 1, max_query_len, num_kv_blocks * block_size] additive
-    slot_mapping: torch.Tensor
+    block_size: int
+    # KV write: (block id, first offset, end offset, first token, end token) per run of new
+    # tokens that lands in one block.
+    segments: list[tuple[int, int, int, int, int]]
+    # Rows of the cache viewed as `[blocks * kv_heads * 2 * block_size, head_size]` that hold
+    # the keys (index 0) and values (index 1) attention reads: one request `[2, seq_len,
+    # kv_heads]` (None when nothing is cached: the new keys are all of them); several requests
+    # `[2, reqs, kv_heads, blocks * block_size]`, the blocks of the longest sequence.
+    kv_rows: torch.Tensor | None = None
+    host: dict | None = None  # host arrays the per-group-size index tensors are made from
+    _by_group: dict | None = None
+
+    def padded(self, group: int, kv_heads: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """Per group size (query heads per key/value head), built once per step: the query
+        gather `(token [reqs, 1, g*q], head [1, kv_heads, g*q])`, the boolean mask
+        `[reqs, 1, g*q, seq]`, and the output gather `(req [T, 1], kv head [1, H], column
+        [T, H])` (query slot j of group member i sits at column i * q + j)."""
+        key = (group, kv_heads)
+        if self._by_group is None:
+            self._by_group = {}
+        hit = self._by_group.get(key)
+        if hit is not None:
+            return hit
+        h = self.host
+        q = self.max_query_len
+        query_index, visible = h["query_index"], h["visible"]  # [reqs, q], [reqs, q, seq]
+        col = np.arange(group * q, dtype=np.int64)
+        tok = query_index[:, None, col % q]  # [reqs, 1, g*q]
+        head = (np.arange(kv_heads, dtype=np.int64)[:, None] * group + col[None, :] // q)[None]
+        mask = np.ascontiguousarray(np.broadcast_to(visible[:, None, None], (
+            visible.shape[0], 1, group, q, visible.shape[2])).reshape(visible.shape[0], 1, group * q, -1))
+        heads = np.arange(kv_heads * group, dtype=np.int64)
+        out_req = h["req_of_token"][:, None]
+        out_col = (heads[None, :] % group) * q + h["pos_in_query"][:, None]
+        out_kvh = (heads // group)[None, :]
+
+        def dev(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+        hit = (dev(tok), dev(head), dev(mask), dev(out_req), dev(out_kvh), dev(out_col))
+        self._by_group[key] = hit
+        return hit
 
 
 class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
-    """Builds `TpuAttentionMetadata` from vLLM's common per-step metadata."""
+    """Builds `TpuAttentionMetadata` from vLLM's common per-step metadata, on the host."""
 
     def __init__(self, kv_cache_spec: AttentionSpec, layer_names: list[str], vllm_config,  # noqa: ANN001
                  device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.block_size = kv_cache_spec.block_size
+        self.num_kv_heads = kv_cache_spec.num_kv_heads
+        self.runner = None  # TpuModelRunner sets itself here (its host block tables)
+
+    def _host_block_table(self, device_table: torch.Tensor, num_reqs: int) -> np.ndarray:
+        """The step's block table rows on the host: the runner's host copy of the device table
+        (the one whose buffer `device_table` views), else a device read (one host sync)."""
+        runner = self.runner
+        batch = getattr(runner, "input_batch", None)
+        for table in getattr(getattr(batch, "block_table", None), "block_tables", ()):
+            buf = table.block_table
+            if buf.gpu.data_ptr() == device_table.data_ptr() and buf.gpu.stride() == device_table.stride():
+                return buf.np[:num_reqs]
+        return device_table[:num_reqs].cpu().numpy()
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> TpuAttentionMetadata:
         m = common_attn_metadata
+        bs = self.block_size
         num_reqs, num_tokens = m.num_reqs, m.num_actual_tokens
-        max_q = max(int(m.max_query_len), 1)
-        num_blocks = max(-(-int(m.max_seq_len) // self.block_size), 1)
         qsl = m.query_start_loc_cpu[: num_reqs + 1].numpy().astype(np.int64)
         q_lens = np.diff(qsl)
-        # Host-side index arithmetic on num_reqs / num_tokens integers, copied once per step.
+        if m.seq_lens_cpu_upper_bound is not None:  # exact: no async scheduling, no spec decode
+            seq_lens = m.seq_lens_cpu_upper_bound[:num_reqs].numpy().astype(np.int64)
+        else:
+            seq_lens = m.seq_lens[:num_reqs].cpu().numpy().astype(np.int64)
+        ctx = seq_lens - q_lens
+        max_q = max(int(q_lens.max()) if num_reqs else 1, 1)
+        max_seq = int(seq_lens.max()) if num_reqs else 1
+        num_blocks = max(-(-max_seq // bs), 1)
+        table = self._host_block_table(m.block_table_tensor, num_reqs).astype(np.int64)
+        # KV write runs: the new tokens of request r are positions ctx[r] .. seq_lens[r] - 1.
+        segments = []
+        for r in range(num_reqs):
+            pos, end, tok = int(ctx[r]), int(seq_lens[r]), int(qsl[r])
+            while pos < end:
+                blk, off = divmod(pos, bs)
+                stop = min(end, (blk + 1) * bs)
+                segments.append((int(table[r, blk]), off, off + stop - pos, tok, tok + stop - pos))
+                tok += stop - pos
+                pos = stop
+        md = TpuAttentionMetadata(num_actual_tokens=num_tokens, num_reqs=num_reqs,
+                                  max_query_len=max_q, block_size=bs, segments=segments)
+        dev = self.device
+        hkv = self.num_kv_heads
+        kv_of = np.array([0, bs], dtype=np.int64)
+
+        def rows(blocks: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+            """Key row (kv 0) and value row (kv 1) of (block, head, offset)."""
+            return (blocks * hkv * 2 * bs + offsets)  # + head * 2 * bs + kv * bs by the caller
+
+        heads = np.arange(hkv, dtype=np.int64) * 2 * bs
+        if num_reqs == 1:
+            if ctx[0] > 0:
+                pos = np.arange(seq_lens[0], dtype=np.int64)
+                base = rows(table[0, pos // bs], pos % bs)  # [seq]
+                r = kv_of[:, None, None] + base[None, :, None] + heads[None, None, :]
+                md.kv_rows = torch.from_numpy(np.ascontiguousarray(r)).to(dev)
+            return md
+        k_pos = np.arange(num_blocks * bs, dtype=np.int64)
+        base = rows(table[:, k_pos // bs], (k_pos % bs)[None, :])  # [reqs, seq]
+        r = kv_of[:, None, None, None] + base[None, :, None, :] + heads[None, None, :, None]
+        md.kv_rows = torch.from_numpy(np.ascontiguousarray(r)).to(dev)
         req_of_token = np.repeat(np.arange(num_reqs, dtype=np.int64), q_lens)
-        output_index = req_of_token * max_q + (np.arange(num_tokens, dtype=np.int64) - qsl[req_of_token])
+        pos_in_query = np.arange(num_tokens, dtype=np.int64) - qsl[req_of_token]
         query_index = np.minimum(qsl[:-1, None] + np.arange(max_q, dtype=np.int64)[None, :],
                                  max(num_tokens - 1, 0))
-        dev = self.device
-        seq_lens = m.seq_lens[:num_reqs].to(torch.int64)
-        q_lens_dev = torch.from_numpy(q_lens).to(dev)
-        # Position of each padded query slot in its sequence; key j is visible when j <= it.
-        q_pos = (seq_lens - q_lens_dev)[:, None] + torch.arange(max_q, device=dev)[None, :]
-        k_pos = torch.arange(num_blocks * self.block_size, device=dev)
+        # Query slot j of request r sits at position ctx[r] + j; key k is visible when k <= it.
+        # Padding slots (j >= q_lens[r]) see key 0 so that their rows stay finite.
+        q_pos = ctx[:, None] + np.arange(max_q, dtype=np.int64)[None, :]
         visible = k_pos[None, None, :] <= q_pos[:, :, None]
-        mask = torch.zeros(visible.shape, dtype=torch.float32, device=dev).masked_fill(
-            ~visible, float("-inf"))
-        return TpuAttentionMetadata(
-            num_actual_tokens=num_tokens,
-            max_query_len=max_q,
-            num_kv_blocks=num_blocks,
-            block_table=m.block_table_tensor[:num_reqs, :num_blocks].to(torch.int64),
-            query_index=torch.from_numpy(query_index).to(dev),
-            output_index=torch.from_numpy(output_index).to(dev),
-            mask=mask[:, None, None],
-            slot_mapping=m.slot_mapping,
-        )
-
-
-def _split_cache(kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Key and value views `[num_blocks, num_kv_heads, block_size, head_size]` of one layer."""
-    num_blocks, num_kv_heads, block_size, _ = kv_cache.shape
-    kv = kv_cache.view(num_blocks, num_kv_heads, block_size * 2, -1)
-    return kv[:, :, :block_size], kv[:, :, block_size:]
+        md.host = {"query_index": query_index, "visible": visible, "req_of_token": req_of_token,
+                   "pos_in_query": pos_in_query}
+        return md
 
 
 class TpuAttentionImpl(AttentionImpl):
     """Causal self-attention over the paged KV cache (see the module docstring)."""
-
     def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
                  alibi_slopes: list[float] | None, sliding_window: int | None,
                  kv_cache_dtype: str, logits_soft_cap: float | None = None,
@@ -157,15 +240,30 @@ class TpuAttentionImpl(AttentionImpl):
 
     def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor,
                            kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """Write the step's keys/values into their slots (padding slots, -1, go to the
-        reserved null block 0, which no request reads)."""
-        n = min(key.shape[0], slot_mapping.shape[0])
-        key_cache, value_cache = _split_cache(kv_cache)
-        block_size = key_cache.shape[2]
-        slots = slot_mapping[:n].to(torch.int64).clamp(min=0)
-        blocks, offsets = slots // block_size, slots % block_size
-        key_cache[blocks, :, offsets] = key[:n].to(key_cache.dtype)
-        value_cache[blocks, :, offsets] = value[:n].to(value_cache.dtype)
+        """Write the step's keys/values into their slots: one slice copy per run of tokens in
+        one block (the runs come from the step's metadata, made on the host)."""
+        from vllm.forward_context import get_forward_context
+
+        md = get_forward_context().attn_metadata
+        if isinstance(md, dict):
+            md = md.get(layer.layer_name)
+        if md is None:
+            return
+        self._write_kv(key, value, kv_cache, md)
+
+    @staticmethod
+    def _write_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                  md: TpuAttentionMetadata) -> None:
+        if not md.segments:
+            return
+        num_blocks, hkv, bs, _ = kv_cache.shape  # [blocks, kv_heads, block_size, 2 * head_size]
+        cache = kv_cache.view(num_blocks, hkv, 2, bs, -1)
+        n = md.num_actual_tokens
+        # [hkv, 2, tokens, head_size]: keys and values of a run copy as one slice.
+        kv = torch.stack((key[:n].view(n, hkv, -1), value[:n].view(n, hkv, -1)), dim=0).to(
+            kv_cache.dtype).permute(2, 0, 1, 3)
+        for blk, o0, o1, t0, t1 in md.segments:
+            cache[blk, :, :, o0:o1].copy_(kv[:, :, t0:t1])
 
     def forward(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor,
                 value: torch.Tensor, kv_cache: torch.Tensor,
@@ -179,22 +277,27 @@ class TpuAttentionImpl(AttentionImpl):
             return output
         md = attn_metadata
         n = md.num_actual_tokens
-        key_cache, value_cache = _split_cache(kv_cache)
-        num_reqs, num_blocks = md.block_table.shape
-        hkv, hd, g, q_len = self.num_kv_heads, self.head_size, self.group, md.max_query_len
-        seq = num_blocks * key_cache.shape[2]
-
-        def gather(cache: torch.Tensor) -> torch.Tensor:  # -> [reqs, kv_heads, seq, head_size]
-            return cache[md.block_table].permute(0, 2, 1, 3, 4).reshape(num_reqs, hkv, seq, -1)
-
-        k, v = gather(key_cache), gather(value_cache)
-        q = query[md.query_index]  # [reqs, q_len, heads, head_size]
-        q = q.view(num_reqs, q_len, hkv, g, hd).permute(0, 2, 3, 1, 4).reshape(num_reqs, hkv, g * q_len, hd)
-        scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * self.scale
-        scores = scores.view(num_reqs, hkv, g, q_len, seq) + md.mask
-        probs = torch.softmax(scores, dim=-1).view(num_reqs, hkv, g * q_len, seq)
-        out = torch.matmul(probs, v.float())  # [reqs, kv_heads, g * q_len, head_size_v]
-        hv = out.shape[-1]
-        out = out.view(num_reqs, hkv, g, q_len, hv).permute(0, 3, 1, 2, 4).reshape(num_reqs * q_len, hkv * g, hv)
-        output[:n].copy_(out[md.output_index].to(output.dtype).view(output[:n].shape))
+        if n == 0:
+            return output
+        hkv, g, h = self.num_kv_heads, self.group, self.num_heads
+        out_view = output[:n].view(n, h, -1)
+        query, key, value = query[:n], key[:n], value[:n]
+        flat = kv_cache.view(-1, self.head_size)  # the cache's rows, contiguous
+        if md.num_reqs == 1:
+            if md.kv_rows is None:  # nothing cached: the new keys are all the keys
+                k, v = key.unsqueeze(0), value.unsqueeze(0)
+            else:
+                kv = flat[md.kv_rows]  # [2, seq, hkv, head_size]
+                k, v = kv[0].unsqueeze(0), kv[1].unsqueeze(0)
+            out = torch.ops.aten._flash_attention_forward(
+                query.unsqueeze(0), k, v, None, None, n, k.shape[1], 0.0, True, False,
+                scale=self.scale)[0]
+            out_view.copy_(out.view(n, h, -1))
+            return output
+        tok, head, mask, out_req, out_kvh, out_col = md.padded(g, hkv, query.device)
+        q = query[tok, head]  # [reqs, hkv, g * q_len, head_size]
+        kv = flat[md.kv_rows]  # [2, reqs, hkv, seq, head_size]
+        out = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, kv[0], kv[1], mask, False, 0.0, False, scale=self.scale)[0]
+        out_view.copy_(out[out_req, out_kvh, out_col])
         return output

@@ -50,6 +50,15 @@ class TpuModelRunner(GPUModelRunner):
     def get_model(self) -> nn.Module:
         return self.model
 
+    def initialize_metadata_builders(self, kv_cache_config, kernel_block_sizes: list[int]) -> None:  # noqa: ANN001
+        """vLLM's builders; ours also get the runner, to read its host copy of the block table."""
+        super().initialize_metadata_builders(kv_cache_config, kernel_block_sizes)
+        for groups in self.attn_groups:
+            for group in groups:
+                for builder in group.metadata_builders:
+                    if hasattr(builder, "runner"):
+                        builder.runner = self
+
     def warming_up_model(self) -> None:
         """Nothing to compile: the model runs eagerly (per-op programs are cached on first use)."""
 
