@@ -6,7 +6,41 @@ each function here takes the kernel's launch arguments (same names, same order).
 
 from __future__ import annotations
 
+import weakref
+
+import numpy as np
 import torch
+
+# Model runners whose host-side step state (block tables, query offsets, computed-token
+# counts) the kernels may read instead of computing from device tensors (TpuModelRunner).
+_RUNNERS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def register_runner(runner: object) -> None:
+    _RUNNERS.add(runner)
+
+
+def _host_slot_mapping(num_tokens: int, max_num_tokens: int, num_reqs: int,
+                       block_table: torch.Tensor, bs: int, pad_id: int) -> np.ndarray | None:
+    """The slot mapping from the runner's host copies (block table rows, query offsets and
+    computed-token counts the device tensors were copied from), or None if no registered
+    runner owns `block_table`."""
+    for runner in list(_RUNNERS):
+        batch = getattr(runner, "input_batch", None)
+        for table in getattr(getattr(batch, "block_table", None), "block_tables", ()):
+            if table.block_table.gpu.data_ptr() != block_table.data_ptr():
+                continue
+            qsl = runner.query_start_loc.np[: num_reqs + 1].astype(np.int64)
+            q_lens = np.diff(qsl)
+            if int(qsl[-1]) != num_tokens:
+                return None
+            req = np.repeat(np.arange(num_reqs, dtype=np.int64), q_lens)
+            pos = (batch.num_computed_tokens_cpu[:num_reqs].astype(np.int64)[req]
+                   + np.arange(num_tokens, dtype=np.int64) - qsl[req])
+            out = np.full(max_num_tokens, pad_id, dtype=np.int64)
+            out[:num_tokens] = table.block_table.np[req, pos // bs].astype(np.int64) * bs + pos % bs
+            return out
+    return None
 
 
 def compute_slot_mapping(num_tokens: int, max_num_tokens: int, query_start_loc: torch.Tensor,
@@ -15,10 +49,19 @@ def compute_slot_mapping(num_tokens: int, max_num_tokens: int, query_start_loc: 
                          KV_CACHE_BLOCK_SIZE: int, TOTAL_CP_WORLD_SIZE: int = 1,  # noqa: N803
                          TOTAL_CP_RANK: int = 0, CP_KV_CACHE_INTERLEAVE_SIZE: int = 1,  # noqa: N803
                          PAD_ID: int = -1, BLOCK_SIZE: int = 1024) -> None:  # noqa: N803
-    """slot_mapping[t] = block_table[req(t), pos(t) // bs] * bs + pos(t) % bs; PAD_ID after."""
+    """slot_mapping[t] = block_table[req(t), pos(t) // bs] * bs + pos(t) % bs; PAD_ID after.
+
+    Computed on the host from the runner's copies of the inputs when a registered runner owns
+    the block table (the usual case), else with device ops on the device tensors."""
     if TOTAL_CP_WORLD_SIZE != 1:
         raise NotImplementedError("torch_tpu vLLM platform: context parallelism is not supported")
     bs = KV_CACHE_BLOCK_SIZE
+    if max_num_tokens > 0 and slot_mapping.dtype == torch.int64:
+        host = _host_slot_mapping(num_tokens, max_num_tokens, query_start_loc.shape[0] - 1,
+                                  block_table, bs, PAD_ID)
+        if host is not None:  # one host -> device copy instead of ~12 device ops
+            slot_mapping[:max_num_tokens].copy_(torch.from_numpy(host))
+            return
     if num_tokens > 0:
         dev = slot_mapping.device
         token = torch.arange(num_tokens, device=dev)

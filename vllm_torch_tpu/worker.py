@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 import torch_tpu  # noqa: F401
 
+import vllm_torch_tpu.custom_ops  # noqa: F401  (registers the out-of-tree custom ops)
+
 from vllm.logger import init_logger
 from vllm.model_executor.model_loader import get_model
 from vllm.platforms import current_platform
@@ -37,6 +39,9 @@ class TpuModelRunner(GPUModelRunner):
             raise ValueError(f"TpuModelRunner needs a tpu device, got {device}")
         super().__init__(vllm_config, device)
         self.use_cuda_graph = False
+        from vllm_torch_tpu.kernels import register_runner
+
+        register_runner(self)  # the slot-mapping kernel reads our host block tables
 
     def load_model(self, load_dummy_weights: bool = False) -> None:
         """Load the checkpoint straight onto the device (vLLM's loader, target device tpu)."""
