@@ -36,3 +36,15 @@ def cpu_reference(tiny_models: dict[str, Path]) -> dict[str, dict]:
             return self[arch]
 
     return Ref(cache)
+
+
+@pytest.fixture(scope="session")
+def tpu_run(tiny_models: dict[str, Path]) -> dict[str, dict]:
+    """The same run on the tpu platform (computed once per architecture)."""
+
+    class Run(dict):
+        def __missing__(self, arch: str) -> dict:
+            self[arch] = offline_run(tiny_models[arch], "tpu")
+            return self[arch]
+
+    return Run()

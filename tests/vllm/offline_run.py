@@ -4,6 +4,10 @@
 
 prints one JSON line: the platform vLLM chose, the device of the weights and the KV cache,
 the greedy token ids per prompt, and timings (init, first-token latency, generate).
+`paths` holds the greedy tokens of three more prompts (3, 13 and 37 words, unseen by the
+batch) run through each attention path: each alone (one request, nothing cached), each alone
+again (one request, its prompt's full blocks cached), then all three batched (several
+requests, cached prefixes).
 `--platform cpu` selects vLLM's own CPU platform (VLLM_TARGET_DEVICE=cpu), the reference.
 """
 
@@ -55,6 +59,18 @@ def main() -> None:
     t = time.perf_counter()
     outs = llm.generate(texts, greedy, use_tqdm=False)
     gen_s = time.perf_counter() - t
+    import random
+
+    rng = random.Random(1)
+    from tiny_models import WORDS
+    more = [" ".join(rng.choice(WORDS) for _ in range(n)) for n in (3, 13, 37)]
+    paths = {"alone_fresh": [], "alone_cached": []}
+    for key in ("alone_fresh", "alone_cached"):
+        for text in more:
+            out = llm.generate([text], greedy, use_tqdm=False)[0]
+            paths[key].append(list(out.outputs[0].token_ids))
+    paths["batch_cached"] = [list(o.outputs[0].token_ids)
+                             for o in llm.generate(more, greedy, use_tqdm=False)]
     runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
     weight = next(runner.get_model().parameters())
     print(json.dumps({
@@ -63,6 +79,7 @@ def main() -> None:
         "weight_device": str(weight.device),
         "kv_cache_device": str(runner.kv_caches[0].device),
         "token_ids": [list(o.outputs[0].token_ids) for o in outs],
+        "paths": paths,
         "prompt_tokens": sum(len(o.prompt_token_ids) for o in outs),
         "generated_tokens": sum(len(o.outputs[0].token_ids) for o in outs),
         "init_s": init_s, "generate_s": gen_s, "ttft_s": ttft,
