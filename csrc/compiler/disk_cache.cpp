@@ -278,7 +278,8 @@ bool DiskCache::store(const std::vector<int64_t>& key, std::string_view payload)
   {
     std::lock_guard<std::mutex> g(scan_mu_);
     bytes_ += total;
-    scan = !scanned_ || bytes_ > max_bytes_ || ++writes_since_scan_ >= kRescanWrites;
+    bytes_since_scan_ += total;
+    scan = !scanned_ || bytes_ > max_bytes_ || bytes_since_scan_ >= max_bytes_ / kRescanFraction;
   }
   if (scan) scan_and_evict();
   return true;
@@ -365,7 +366,7 @@ uint64_t DiskCache::scan_and_evict() {
   for (const auto& other : others) ::close(other.second);
   bytes_ = total;
   scanned_ = true;
-  writes_since_scan_ = 0;
+  bytes_since_scan_ = 0;
   return total;
 }
 

@@ -34,10 +34,13 @@
 // - The cache never throws into its caller: I/O failures are misses (load) or skipped writes
 //   (store); an unsafe directory or key warns once and leaves the tier disabled.
 // - Size: max_bytes bounds the whole root. After writes, when an estimate of its size passes
-//   max_bytes (or every kRescanWrites writes, to notice other processes' entries) the root is
-//   scanned and entries are deleted down to 90% of max_bytes: other versions' entries first
+//   max_bytes (or once this process has written max_bytes / kRescanFraction since the last
+//   scan, to notice other processes' entries) the root is scanned and entries are deleted down to 90% of max_bytes: other versions' entries first
 //   (they are never read again), then the least recently used (oldest mtime; a hit touches its
-//   entry). Temporary files older than ten minutes (left by killed writers) go too.
+//   entry). Temporary files older than ten minutes (left by killed writers) go too. A scan
+//   stats every entry (40,000 small per-op entries cost tens of milliseconds), so rescans are
+//   paced by bytes written, not by count: each writer lets the root pass the bound by at most
+//   max_bytes / kRescanFraction before it notices.
 // Thread-safe; safe under concurrent processes sharing the directory.
 #pragma once
 
@@ -99,7 +102,7 @@ class DiskCache {
 
   static constexpr size_t kHeaderBytes = 64;
   static constexpr size_t kMacBytes = 32;
-  static constexpr uint64_t kRescanWrites = 256;
+  static constexpr uint64_t kRescanFraction = 16;
 
  private:
   static std::string name_for(const std::vector<int64_t>& key);
@@ -119,7 +122,7 @@ class DiskCache {
   std::mutex scan_mu_;  // guards the fields below and serializes scans
   bool scanned_ = false;
   uint64_t bytes_ = 0;
-  uint64_t writes_since_scan_ = 0;
+  uint64_t bytes_since_scan_ = 0;
 };
 
 // 64-bit FNV-1a (stable across processes and builds, unlike std::hash).

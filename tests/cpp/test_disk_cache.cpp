@@ -307,6 +307,25 @@ TEST(DiskCache, OtherVersionsCountTowardsTheBoundAndGoFirst) {
   EXPECT_TRUE(fs::exists(tmp.path / "unrelated" / "keep.tpp"));
 }
 
+TEST(DiskCache, AnotherProcesssEntriesAreNoticedAfterASixteenthOfTheBoundIsWritten) {
+  TempDir tmp;
+  const std::string payload(1000, 'x');
+  const uint64_t entry_bytes = DiskCache::kHeaderBytes + 8 + payload.size();
+  const uint64_t bound = 64 * entry_bytes;  // a rescan every 64 / kRescanFraction = 4 entries
+  DiskCache mine(tmp.path.string(), "v", bound, kKey);
+  // Another process sharing the root, started with a larger bound: it never evicts.
+  DiskCache other(tmp.path.string(), "v", 1000 * entry_bytes, kKey);
+  ASSERT_TRUE(mine.store({0}, payload));  // the first write scans: 1 entry
+  for (int64_t k = 100; k < 170; ++k) ASSERT_TRUE(other.store({k}, payload));  // 71 entries now
+  // mine's estimate is 1 entry: writes below a sixteenth of the bound do not rescan...
+  for (int64_t k = 1; k <= 3; ++k) ASSERT_TRUE(mine.store({k}, payload));
+  EXPECT_EQ(mine.stats().evictions, 0u);
+  // ...and the write that completes it does, and finds the root over the bound.
+  ASSERT_TRUE(mine.store({4}, payload));
+  EXPECT_GT(mine.stats().evictions, 0u);
+  EXPECT_LE(mine.stats().bytes, bound);
+}
+
 TEST(DiskCache, EntriesLargerThanTheBoundAreNotWritten) {
   TempDir tmp;
   DiskCache cache(tmp.path.string(), "v", 100, kKey);
