@@ -34,7 +34,7 @@
 //    or a stored value. Computed once instead, one 0-d cluster held every parameter's scalars
 //    of a `_foreach_` optimizer, was absorbed by the first cluster that read one and stored all
 //    of them for the others (an allocation each), and its size closed that cluster mid-chain.
-//    Chains are bounded (kMaxRecomputedScalars in executor.cpp); an output, or a value a kernel
+//    Chains are bounded (kMaxRecomputedScalars in step_partition.cpp); an output, or a value a kernel
 //    reads, is computed once as before.
 //    A closed cluster of one node is an ordinary kernel step. Members store only values read
 //    by a later step or requested as outputs. Consequence for callers: a tensor input is read
@@ -74,14 +74,24 @@
 // steps, so reads and writes of bindings keep program order; later readers of such memory are
 // snapshots by the contract above. With nobody waiting the worker runs the steps in order, as
 // before.
+// Where the code is: the constructor (host_plan.cpp) reads as the list of planning passes it
+// runs: the target-independent ones from compiler/passes/ (view-chain collapse, liveness,
+// constant values), the host's own rewrites (kernels.h, concat_reshapes.h), the partition into
+// kernel steps and clusters (step_partition.cpp), constant folding and the run-time tables.
+// Running is executor.cpp; shared runs are shared_run.cpp.
 #pragma once
+
+#include <c10/util/ArrayRef.h>
 
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "compiler/passes/liveness.h"
+#include "runtime/host/concat_reshapes.h"
 #include "runtime/host/tile_cluster.h"
 #include "runtime/host/kernels.h"
 #include "runtime/runtime.h"
@@ -152,6 +162,22 @@ class HostExecutable final : public Executable {
     at::Tensor source_view(const at::Tensor& dest) const;
   };
 
+  // What the host's graph rewrites (kernels.h, concat_reshapes.h) tell the kernels of the nodes
+  // they rewrote.
+  struct KernelForms {
+    ConcatOperandShapes concat_shapes;       // absorb_concat_reshapes
+    std::unordered_set<int32_t> unflipped;   // absorb_weight_flips
+    ProductForms products;                   // absorb_bias_adds, product_layouts
+  };
+  // The partition of the live nodes into kernel steps and clusters (step_partition.cpp), as the
+  // later planning passes read it.
+  struct Partition {
+    std::vector<int32_t> step_of;                    // per node: its step (-1: none)
+    std::vector<int32_t> cluster_of;                 // per node: index into clusters (-1: none)
+    std::vector<std::shared_ptr<Cluster>> clusters;  // every cluster opened, closed or absorbed
+    std::vector<bool> recomputed;                    // per node: a recomputed scalar (see above)
+  };
+
   struct RunState;
   class SharedRun;
   // Programs shorter than this always run their steps in order on the calling thread.
@@ -160,9 +186,27 @@ class HostExecutable final : public Executable {
   // The largest constant-folded value (fold_constants).
   static constexpr size_t kMaxFoldedBytes = size_t{64} << 10;
 
+  // Planning, in the order the constructor runs them (host_plan.cpp unless noted).
+  // The host's graph rewrites, after the target-independent view-chain collapse; node ids kept.
+  ir::Graph rewrite(const ir::Graph& input_graph, KernelForms& forms) const;
+  // Fills steps_ (kernels and clusters), params_, reads_binding_, node_dtype_ and node_names_
+  // (step_partition.cpp).
+  Partition partition(const ir::Graph& graph, const compiler::passes::Liveness& liveness, const KernelForms& forms,
+                      const HostOptions& options);
   // Runs the steps that depend on no parameter once, moving their results into folded_;
   // step_of (per node: its step) is renumbered to the steps left.
   void fold_constants(const ir::Graph& graph, std::vector<int32_t>& step_of);
+  // view_route_of_ and view_routes_ (ViewRoute).
+  void plan_view_routes(const ir::Graph& graph, const std::vector<int32_t>& outputs,
+                        const std::vector<int32_t>& step_of);
+  // store_cluster_ and reader_cluster_ (inplace_ok).
+  void plan_in_place(const ir::Graph& graph, const compiler::passes::Liveness& liveness, const Partition& part);
+  // Each step's releases, and the shared runs' tables (deps_, reads_, orphans_, ...).
+  void schedule(const ir::Graph& graph, const compiler::passes::Liveness& liveness, const Partition& part);
+
+  // Runs the steps with a thread waiting for the stream (SharedRun, shared_run.cpp); steps in
+  // `barriers` wait for every earlier step.
+  void run_shared(RunState& st, c10::ArrayRef<int32_t> barriers) const;
   // run() and run_and_release(): lent_* are the same vectors as inputs/outputs when their owners
   // are taken over (null for run()).
   void run_impl(const std::vector<Binding>& inputs, const std::vector<OutputTarget>& outputs, RngState rng,

@@ -1,4 +1,4 @@
-// Collapsing chains of view nodes.
+// Graph pass: collapsing chains of view nodes (target-independent, IR only; compiler/passes/).
 //
 // Design: lowerings reshape their operands to the shapes their IR wants, and fused mode
 // composes ops by reading each op's result through the view it was stored as (flatten, then
@@ -16,10 +16,10 @@
 
 #include "ir/graph.h"
 
-namespace torch_tpu::ir {
+namespace torch_tpu::compiler::passes {
 
 // The graph with view chains collapsed (see above); keep[i] marks nodes that must stay as
 // they are (a node id beyond keep's size is not kept).
-Graph collapse_view_chains(const Graph& graph, const std::vector<bool>& keep);
+ir::Graph collapse_view_chains(const ir::Graph& graph, const std::vector<bool>& keep);
 
-}  // namespace torch_tpu::ir
+}  // namespace torch_tpu::compiler::passes

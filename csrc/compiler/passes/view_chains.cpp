@@ -1,9 +1,13 @@
-#include "ir/view_chains.h"
+#include "compiler/passes/view_chains.h"
 
 #include <cstddef>
 #include <cstdint>
 
-namespace torch_tpu::ir {
+namespace torch_tpu::compiler::passes {
+
+using ir::Graph;
+using ir::Node;
+using ir::OpKind;
 
 Graph collapse_view_chains(const Graph& graph, const std::vector<bool>& keep) {
   Graph out;
@@ -35,4 +39,4 @@ Graph collapse_view_chains(const Graph& graph, const std::vector<bool>& keep) {
   return out;
 }
 
-}  // namespace torch_tpu::ir
+}  // namespace torch_tpu::compiler::passes
