@@ -25,9 +25,11 @@ def metrics() -> dict[str, Any]:
     TORCH_TPU_NATIVE_KERNELS); ``recompiles`` is the recompile explainer
     (torch_tpu/compile/recompiles.py): every recompilation of an eager per-op program or a
     compiled graph, with its reason (which size, dtype or stride changed; the failed guard) and
-    the user's source line (TORCH_TPU_LOG=recompiles prints each)."""
+    the user's source line (TORCH_TPU_LOG=recompiles prints each); ``shape_templates`` counts
+    per-op misses served without re-running the lowering (torch_tpu/lowering/shape_templates.py)."""
     from .compile import recompiles
     from .compile import stats as compile_stats
+    from .lowering import shape_templates
 
     out = _C._metrics()
     out["fused"] = _C._fused_metrics()
@@ -37,6 +39,7 @@ def metrics() -> dict[str, Any]:
     out["host_threads"] = _C._host_thread_stats()
     out["native_kernels"] = _C._native_kernel_stats()
     out["recompiles"] = recompiles.summary()
+    out["shape_templates"] = shape_templates.stats()
     return out
 
 
@@ -60,11 +63,13 @@ def wait_native_kernels(timeout: float = 120.0) -> bool:
 def reset_metrics() -> None:
     from .compile import recompiles
     from .compile import reset_stats as reset_compile_stats
+    from .lowering import shape_templates
 
     _C._reset_metrics()
     _C._reset_fused_metrics()
     reset_compile_stats()
     recompiles.reset()
+    shape_templates.reset_stats()
 
 
 def set_debug_fusion(enabled: bool = True) -> None:

@@ -125,6 +125,13 @@ const std::vector<EnvVar>& registry() {
        "Warn once when this many recompilations (counted in torch_tpu.metrics()['recompiles']: eager "
        "per-op programs and torch.compile graphs, each kind against this count) have happened; "
        "`0` never warns. Python: torch_tpu.set_recompile_warn()."},
+      {"TORCH_TPU_SHAPE_TEMPLATES", "1",
+       "A per-op program miss at new sizes reuses the graph the op's lowering built at earlier "
+       "sizes (same op, arguments, broadcast pattern and size equalities; learned from two "
+       "lowerings, confirmed by a third) instead of running the Python lowering again; pointwise "
+       "ops and listed structured ones (matmuls, reductions, softmax, norms, losses, embedding, "
+       "attention). `0` lowers every miss. Python: torch_tpu.lowering.shape_templates.set_enabled(); "
+       "counts in torch_tpu.metrics()['shape_templates']."},
       {"TORCH_TPU_VERIFY", "0", "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
   };
   return vars;

@@ -33,7 +33,7 @@ import torch
 
 from ..ir.builder import DTYPE_FROM_CODE, GraphBuilder, Value
 from .apply import NeedsBakedScalars, apply_lowering
-from . import layout
+from . import layout, shape_templates
 from .complex_value import ComplexValue, complex_constant, from_pair, real_dtype, to_pair
 from .registry import BAKE_SCALARS, op_key
 
@@ -114,14 +114,23 @@ def lower_from_dispatch(qualname: str, overload: str, descs: list) -> tuple:
 
 
 def _lower_op(qualname: str, overload: str, descs: list) -> tuple:
+    sig = shape_templates.signature(qualname, overload, descs)
+    reused = shape_templates.lookup(*sig) if sig is not None else None
+    if reused is not None and not shape_templates.verifying():
+        return reused
     op = resolve_op(qualname, overload)
     bake = op_key(op) in BAKE_SCALARS
     try:
-        return _lower(op, descs, bake)
+        result = _lower(op, descs, bake)
     except NeedsBakedScalars:
         if bake:
             raise
-        return _lower(op, descs, True)
+        result = _lower(op, descs, True)
+    if reused is not None:
+        shape_templates.check(qualname, overload, descs, reused, result)
+    elif sig is not None:
+        shape_templates.observe(*sig, result)
+    return result
 
 
 def _lower(op: torch._ops.OpOverload, descs: list, bake: bool) -> tuple:
