@@ -14,7 +14,8 @@ median step after the first five, the programs compiled, and ratios:
   fused      the model on tpu, fused eager mode
   compiled   torch.compile(model, backend="tpu") on tpu (Dynamo's default dynamic=None: the
              first length compiles static, the second marks the length dynamic)
-Programs: tpu eager modes count program-cache misses (per-op and fused graphs); compiled counts
+Programs: tpu eager modes count program-cache misses (per-op and fused graphs), and how many of
+the per-op misses reused a graph learned at other sizes (TORCH_TPU_SHAPE_TEMPLATES); compiled counts
 the forward/backward programs torch_tpu.compile built; inductor counts Dynamo's frame compiles.
 Targets (issue 39): compiled >= 1.0x fused and >= 1.0x inductor, at most 8 programs for lengths
 16..512; fused >= 1.0x cpu.
@@ -23,16 +24,24 @@ Targets (issue 39): compiled >= 1.0x fused and >= 1.0x inductor, at most 8 progr
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
 
+# Every length is new to every variant: no disk tier (each variant would load the programs the
+# one before it stored, and a previous run's entries for the same seeded lengths would turn the
+# misses measured here into loads); bench/disk_cache.py measures the tier. Each tpu variant
+# also starts from an empty in-memory program cache (run()).
+os.environ.setdefault("TORCH_TPU_CACHE_DIR", "off")
+
 import torch
 import torch._dynamo
 
 import torch_tpu
+from torch_tpu.lowering import shape_templates
 
 VOCAB = 2048
 
@@ -71,6 +80,8 @@ def programs(variant: str) -> int:
 def run(variant: str, data: list[torch.Tensor], width: int, layers: int, max_len: int) -> dict:
     device = "cpu" if variant in ("cpu", "inductor") else "tpu"
     torch._dynamo.reset()
+    torch_tpu._C._clear_program_cache()  # per-op programs an earlier variant compiled
+    shape_templates.reset()  # and the graphs it learned across sizes
     torch_tpu.reset_metrics()
     m = model(width, layers, max_len).to(device)
     opt = torch.optim.SGD(m.parameters(), lr=1e-3)
@@ -94,7 +105,8 @@ def run(variant: str, data: list[torch.Tensor], width: int, layers: int, max_len
     met = torch_tpu.metrics()
     compile_s = met["compile_seconds"] + met["fused"]["graph_compile_seconds"] if device == "tpu" else 0.0
     return {"mean": sum(times) / len(times), "steady": statistics.median(times[5:] or times),
-            "first": times[0], "programs": programs(variant), "losses": losses, "compile_s": compile_s}
+            "first": times[0], "programs": programs(variant), "losses": losses, "compile_s": compile_s,
+            "reused": met["shape_templates"]["reused"]}
 
 
 def main() -> None:
@@ -118,7 +130,8 @@ def main() -> None:
     for v in a.variants.split(","):
         r = res[v] = run(v, data, a.width, a.layers, a.max_len)
         print(f"{v:9s} {1e3 * r['mean']:8.1f} ms/step (all steps)  {1e3 * r['steady']:8.1f} ms steady  "
-              f"first {r['first']:6.2f} s  programs {r['programs']}  (tpu compile {r['compile_s']:.1f} s)", flush=True)
+              f"first {r['first']:6.2f} s  programs {r['programs']}  (tpu compile {r['compile_s']:.1f} s, "
+              f"{r['reused']} misses without lowering)", flush=True)
     if "cpu" in res:
         ref = torch.tensor(res["cpu"]["losses"])
         for v, r in res.items():
