@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -31,14 +32,15 @@ size_t round_size(size_t n) {
 
 struct Block {
   void* ptr;
-  size_t size;       // rounded
+  size_t size;       // rounded, of the memory held
   size_t requested;  // what the caller asked for
+  size_t charged;    // the request rounded: what memory_allocated counts (a reused block may be larger)
   c10::DeviceIndex device;
 };
 
 struct Pool {
   mutable std::mutex mu;
-  std::unordered_map<size_t, std::vector<Block*>> cached;  // rounded size -> free blocks
+  std::map<size_t, std::vector<Block*>> cached;  // rounded size -> free blocks (no empty lists)
   std::unordered_map<const void*, Block*> live;
   MemoryStats stats;
   std::atomic<double> fraction{1.0};  // of the device's capacity this process may reserve
@@ -80,7 +82,7 @@ void free_block(void* ctx) {
   Pool& p = *pools()[static_cast<size_t>(b->device)];
   std::lock_guard<std::mutex> g(p.mu);
   p.live.erase(b->ptr);
-  p.stats.allocated -= b->size;
+  p.stats.allocated -= b->charged;
   p.stats.requested -= b->requested;
   p.stats.num_frees++;
   p.stats.active_blocks--;
@@ -135,6 +137,20 @@ std::vector<BlockInfo> DeviceAllocator::blocks(c10::DeviceIndex device) const {
 }
 
 namespace {
+// A free block for a request of `size` (rounded) bytes: one of exactly that size, else the
+// smallest cached block at most twice as large. Without the second rule a
+// loop whose sizes change every step (a new sequence length) found no block of its exact size,
+// mapped fresh pages for ~40 tensors a step and let the blocks of earlier sizes pile up in the
+// cache (25 MB a step in a GPT-2 loop) until the capacity forced a full release.
+Block* take_cached_locked(Pool& p, size_t size) {
+  auto it = p.cached.lower_bound(size);
+  if (it == p.cached.end() || it->first > 2 * size) return nullptr;
+  Block* b = it->second.back();
+  it->second.pop_back();
+  if (it->second.empty()) p.cached.erase(it);
+  return b;
+}
+
 c10::DataPtr allocate_block(c10::DeviceIndex device, size_t nbytes) {
   check_not_in_bad_fork();
   mark_initialized();
@@ -148,17 +164,14 @@ c10::DataPtr allocate_block(c10::DeviceIndex device, size_t nbytes) {
   for (int attempt = 0;; ++attempt) {
     {
       std::lock_guard<std::mutex> g(p.mu);
-      Block* b = nullptr;
-      auto it = p.cached.find(size);
-      if (it != p.cached.end() && !it->second.empty()) {
-        b = it->second.back();
-        it->second.pop_back();
+      Block* b = take_cached_locked(p, size);
+      if (b != nullptr) {
         p.stats.cached_blocks--;
         p.stats.num_cache_hits++;
       } else if (p.stats.reserved + size <= cap) {
         void* ptr = std::aligned_alloc(64, size);
         if (ptr != nullptr) {
-          b = new Block{ptr, size, 0, device};
+          b = new Block{ptr, size, 0, size, device};
           p.stats.reserved += size;
           p.stats.reserved_peak = std::max(p.stats.reserved_peak, p.stats.reserved);
         }
@@ -169,6 +182,7 @@ c10::DataPtr allocate_block(c10::DeviceIndex device, size_t nbytes) {
       }
       if (b != nullptr) {
         b->requested = nbytes;
+        b->charged = size;
         p.live[b->ptr] = b;
         p.stats.allocated += size;
         p.stats.allocated_peak = std::max(p.stats.allocated_peak, p.stats.allocated);

@@ -78,6 +78,27 @@ def test_cache_reuse_and_empty_cache() -> None:
     assert torch.tpu.max_memory_reserved() >= reserved0 + 2 * MiB
 
 
+def test_changing_sizes_reuse_larger_cached_blocks() -> None:
+    # A loop whose sizes change every step (a new sequence length): a freed block up to twice
+    # the request's size serves it, so the cache neither maps fresh memory every step nor keeps
+    # a block of every size seen. memory_allocated still counts the (rounded) request.
+    _settle()
+    torch.tpu.empty_cache()
+    reserved0 = torch.tpu.memory_reserved()
+    hits0 = torch.tpu.memory_stats()["num_cache_hits"]
+    lengths = [300 - 7 * i for i in range(30)]  # shrinking: each fits the block before it
+    for n in lengths:
+        base = torch.tpu.memory_allocated()
+        rounded = -(-n * 4096 // (128 << 10)) * (128 << 10) if n * 4096 >= MiB else -(-n * 4096 // 512) * 512
+        x = torch.empty(n, 1024, dtype=torch.float32, device="tpu")  # 1.2 MiB down to 0.4 MiB
+        allocated = torch.tpu.memory_allocated()
+        del x  # before asserting: a failure must not leave the block to the tests after this one
+        assert allocated == base + rounded
+    assert torch.tpu.memory_stats()["num_cache_hits"] - hits0 >= len(lengths) - 3
+    assert torch.tpu.memory_reserved() - reserved0 <= 2 * 300 * 4096
+    torch.tpu.empty_cache()
+
+
 def test_memory_stats_keys_and_counters() -> None:
     _settle()
     torch.tpu.reset_accumulated_memory_stats()
