@@ -89,24 +89,24 @@ def test_gpt2_training_over_lengths_matches_cpu_and_traces_once():
 
 def test_eager_recompile_names_the_op_the_size_and_the_line(capfd):
     torch_tpu.set_recompile_log(True)
-    a = torch.randn(4, 8, device="tpu")
-    b = torch.randn(8, 3, device="tpu")
+    # A width of its own (37): the first call must compile, so that the second compares with it
+    # and not with whatever dtype or size another test last compiled mm for.
+    a = torch.randn(4, 37, device="tpu")
+    b = torch.randn(37, 3, device="tpu")
     torch.mm(a, b).cpu()
     before = torch_tpu.metrics()["recompiles"]
-    torch.mm(torch.randn(5, 8, device="tpu"), b).cpu()  # a new size of an op compiled before
+    torch.mm(torch.randn(5, 37, device="tpu"), b).cpu()  # a new size of an op compiled before
     after = torch_tpu.metrics()["recompiles"]
     assert after["eager"] > before["eager"]
     ev = [e for e in after["recent"] if e["what"] == "aten::mm.out"]  # mm runs as its out variant
     assert ev, after["recent"]
     assert ev[-1]["kind"] == "eager_op"
-    # The reason compares with the op's latest program: [4, 8] here, or a size an earlier test in
-    # this process compiled mm for.
-    assert ev[-1]["reason"].startswith("input 0 size [") and ev[-1]["reason"].endswith("] -> [5, 8]"), ev[-1]
+    assert ev[-1]["reason"] == "input 0 size [4, 37] -> [5, 37]", ev[-1]
     assert "test_dynamic_shapes.py:" in (ev[-1]["source"] or ""), ev[-1]
     assert after["by_op"]["aten::mm.out"] >= 1
     err = capfd.readouterr().err
     assert "[torch_tpu recompile] eager_op aten::mm.out: input 0 size [" in err
-    assert "] -> [5, 8] at " in err
+    assert "] -> [5, 37] at " in err
 
 
 def test_a_cache_hit_records_nothing():
