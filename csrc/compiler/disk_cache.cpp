@@ -391,9 +391,8 @@ DiskCacheStats DiskCache::stats() {
 }
 
 std::string default_cache_root() {
-  std::string dir = config::get("TORCH_TPU_CACHE_DIR");
-  if (std::getenv("TORCH_TPU_CACHE_DIR") != nullptr) {  // set: "" or "off" disable
-    return dir == "off" ? "" : absolute_path(dir);
+  if (std::optional<std::string> dir = config::get_if_set("TORCH_TPU_CACHE_DIR")) {  // set: "" or "off" disable
+    return *dir == "off" ? "" : absolute_path(*dir);
   }
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/') {
     return std::string(xdg) + "/torch_tpu";
