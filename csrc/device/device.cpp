@@ -10,7 +10,7 @@
 
 #include "common/check.h"
 #include "common/config.h"
-#include "exec/call.h"
+#include "runtime/select.h"
 
 namespace torch_tpu::device {
 
@@ -52,7 +52,7 @@ c10::DeviceIndex count() {
     }
     // A runtime with real devices (PJRT) has exactly as many; TORCH_TPU_NUM_DEVICES may only
     // hide some of them (e.g. one per process).
-    const int real = exec::selected_runtime().device_count();
+    const int real = runtime::selected_runtime().device_count();
     if (real > 0) {
       v = explicitly_counted() ? std::min<int64_t>(v, real) : real;
     }
@@ -64,8 +64,8 @@ c10::DeviceIndex count() {
 void check_index(c10::DeviceIndex index) {
   TORCH_CHECK(index >= 0 && index < count(), "Invalid device index tpu:", static_cast<int>(index),
               ": torch_tpu has ", static_cast<int>(count()), " device(s) ",
-              exec::selected_runtime().device_count() > 0 ? "(the devices of the PJRT plugin)"
-                                                          : "(set TORCH_TPU_NUM_DEVICES for more emulated devices)");
+              runtime::selected_runtime().device_count() > 0 ? "(the devices of the PJRT plugin)"
+                                                             : "(set TORCH_TPU_NUM_DEVICES for more emulated devices)");
 }
 
 static thread_local c10::DeviceIndex current_device = 0;
@@ -94,7 +94,7 @@ uint64_t capacity(c10::DeviceIndex /*index*/) {
 }
 
 std::string name(c10::DeviceIndex index) {
-  std::string real = exec::selected_runtime().device_name(index);
+  std::string real = runtime::selected_runtime().device_name(index);
   if (!real.empty()) return real;
   return "torch_tpu host-emulated TPU " + std::to_string(static_cast<int>(index));
 }
