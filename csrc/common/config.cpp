@@ -150,6 +150,13 @@ std::string get(const char* name) {
   return value != nullptr ? std::string(value) : std::string(var.default_value);
 }
 
+std::optional<std::string> get_if_set(const char* name) {
+  find(name);  // registered
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
 // The whole of v as an integer, or nullopt (not a number, trailing characters, out of int64).
 static std::optional<int64_t> parse_int(const std::string& v) {
   int64_t out = 0;

@@ -24,6 +24,10 @@ const std::vector<EnvVar>& registry();
 // Raw value of a registered variable (the default when unset). Throws c10::Error for a name
 // missing from the registry (a programming error).
 std::string get(const char* name);
+// The raw value when the variable is set (even to ""), nullopt when unset: for variables whose
+// "set but empty" differs from unset (TORCH_TPU_CACHE_DIR="" disables the disk tier; an empty
+// TORCH_TPU_NUM_DEVICES counts as unset). Throws like get() for an unregistered name.
+std::optional<std::string> get_if_set(const char* name);
 // An integer (the whole value; throws c10::ValueError naming the variable otherwise).
 int64_t get_int(const char* name);
 // get_int, in [lo, hi]: throws c10::ValueError naming the variable, its value and the range.

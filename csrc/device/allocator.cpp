@@ -15,7 +15,7 @@
 #include "common/fork_guard.h"
 #include "device/device.h"
 #include "device/stream.h"
-#include "runtime/host/scratch_allocator.h"
+#include "runtime/device_services.h"
 #include "runtime/residency.h"
 
 namespace torch_tpu::device {
@@ -211,7 +211,7 @@ c10::DataPtr allocate_block(c10::DeviceIndex device, size_t nbytes) {
       FlushCauseScope cause(FlushCause::kMemory);
       synchronize_device(device);
     }
-    runtime::host::release_scratch_cache();
+    runtime::release_cached_memory();
     std::lock_guard<std::mutex> g(p.mu);
     p.release_cache_locked();
   }
@@ -251,7 +251,7 @@ void DeviceAllocator::empty_cache(c10::DeviceIndex device) {
     std::lock_guard<std::mutex> g(p.mu);
     p.release_cache_locked();
   }
-  runtime::host::release_scratch_cache();  // host programs' cached intermediates live in the same RAM
+  runtime::release_cached_memory();  // host programs' cached intermediates live in the same RAM
 }
 
 c10::DeviceIndex DeviceAllocator::device_of(const void* ptr) const {

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "common/check.h"
 #include "common/config.h"
-#include "exec/call.h"
+#include "runtime/select.h"
 
 namespace torch_tpu::device {
 
@@ -16,11 +18,16 @@ namespace {
 
 constexpr int64_t kMaxDevices = 64;
 
+// TORCH_TPU_NUM_DEVICES set to something (set but empty counts as unset).
+bool explicitly_counted() {
+  const std::optional<std::string> v = config::get_if_set("TORCH_TPU_NUM_DEVICES");
+  return v.has_value() && !v->empty();
+}
+
 }  // namespace
 
 void check_config() {
-  const char* explicit_count = std::getenv("TORCH_TPU_NUM_DEVICES");
-  if (explicit_count != nullptr && *explicit_count != '\0') {
+  if (explicitly_counted()) {
     config::get_int_in("TORCH_TPU_NUM_DEVICES", 1, kMaxDevices);
   }
   for (const char* size : {"TORCH_TPU_HOST_MEMORY", "TORCH_TPU_CACHE_MAX_BYTES", "TORCH_TPU_HOST_SCRATCH_CACHE"}) {
@@ -36,9 +43,8 @@ c10::DeviceIndex count() {
       v = config::get_int_in("TORCH_TPU_NUM_DEVICES", 1, kMaxDevices);
       // Under torchrun, local rank r uses tpu:r (device_id=torch.device("tpu", local_rank),
       // DeviceMesh): unless set explicitly, emulate as many devices as the node runs ranks.
-      const char* explicit_count = std::getenv("TORCH_TPU_NUM_DEVICES");
       const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
-      if ((explicit_count == nullptr || *explicit_count == '\0') && local_world != nullptr && *local_world) {
+      if (!explicitly_counted() && local_world != nullptr && *local_world) {
         v = std::max<int64_t>(1, std::strtoll(local_world, nullptr, 10));
       }
     } catch (...) {
@@ -46,10 +52,9 @@ c10::DeviceIndex count() {
     }
     // A runtime with real devices (PJRT) has exactly as many; TORCH_TPU_NUM_DEVICES may only
     // hide some of them (e.g. one per process).
-    const int real = exec::selected_runtime().device_count();
+    const int real = runtime::selected_runtime().device_count();
     if (real > 0) {
-      const char* explicit_count = std::getenv("TORCH_TPU_NUM_DEVICES");
-      v = explicit_count != nullptr && *explicit_count ? std::min<int64_t>(v, real) : real;
+      v = explicitly_counted() ? std::min<int64_t>(v, real) : real;
     }
     return static_cast<c10::DeviceIndex>(std::clamp<int64_t>(v, 1, kMaxDevices));
   }();
@@ -59,8 +64,8 @@ c10::DeviceIndex count() {
 void check_index(c10::DeviceIndex index) {
   TORCH_CHECK(index >= 0 && index < count(), "Invalid device index tpu:", static_cast<int>(index),
               ": torch_tpu has ", static_cast<int>(count()), " device(s) ",
-              exec::selected_runtime().device_count() > 0 ? "(the devices of the PJRT plugin)"
-                                                          : "(set TORCH_TPU_NUM_DEVICES for more emulated devices)");
+              runtime::selected_runtime().device_count() > 0 ? "(the devices of the PJRT plugin)"
+                                                             : "(set TORCH_TPU_NUM_DEVICES for more emulated devices)");
 }
 
 static thread_local c10::DeviceIndex current_device = 0;
@@ -89,7 +94,7 @@ uint64_t capacity(c10::DeviceIndex /*index*/) {
 }
 
 std::string name(c10::DeviceIndex index) {
-  std::string real = exec::selected_runtime().device_name(index);
+  std::string real = runtime::selected_runtime().device_name(index);
   if (!real.empty()) return real;
   return "torch_tpu host-emulated TPU " + std::to_string(static_cast<int>(index));
 }

@@ -14,8 +14,8 @@
 #include "common/check.h"
 #include "common/fork_guard.h"
 #include "device/device.h"
-#include "runtime/host/kernel_threads.h"
 #include "runtime/completion.h"
+#include "runtime/device_services.h"
 #include "runtime/runtime.h"
 
 // From the OpenMP runtime PyTorch already loads (libgomp); per-thread setting.
@@ -60,8 +60,8 @@ class StreamQueue {
   void wait(uint64_t ticket) {
     if (completed_.load() >= ticket) return;
     BlockingWait unblock_python;  // the worker may need the GIL to finish (common/blocking_wait.h)
-    // Spin while the worker offers work this thread can run (runtime/host/kernel_threads.h).
-    if (runtime::host::help_while_waiting([&] { return completed_.load() >= ticket; })) return;
+    // Spin while the worker offers work this thread can run (runtime/device_services.h).
+    if (runtime::help_while_waiting([&] { return completed_.load() >= ticket; })) return;
     std::unique_lock<std::mutex> lk(mu_);
     waiters_++;
     cv_done_.wait(lk, [&] { return completed_.load() >= ticket; });

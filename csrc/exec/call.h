@@ -18,6 +18,7 @@
 
 #include "compiler/program.h"
 #include "runtime/runtime.h"
+#include "runtime/select.h"
 
 namespace torch_tpu::exec {
 
@@ -89,9 +90,8 @@ using CompileHook = std::shared_ptr<compiler::Program> (*)(const c10::OperatorHa
                                                            c10::ArrayRef<c10::IValue> args, const CallState& call);
 void set_compile_hook(CompileHook hook);
 
-// The runtime chosen by TORCH_TPU_RUNTIME (validated on first use; throws for an unknown or
-// unavailable runtime).
-runtime::Runtime& selected_runtime();
+// The runtime chosen by TORCH_TPU_RUNTIME (runtime/select.h).
+using runtime::selected_runtime;
 
 // Compiles a deserialized graph into a Program (verifier, runtime compile). Used by the hook.
 // `memory`, when given, says which bindings and outputs may share memory (runtime.h).

@@ -5,24 +5,8 @@
 #include "exec/call.h"
 #include "exec/mode.h"
 #include "ir/verifier.h"
-#include "runtime/pjrt/pjrt_runtime.h"
-#include "runtime/jax/jax_runtime.h"
 
 namespace torch_tpu::exec {
-
-runtime::Runtime& selected_runtime() {
-  static runtime::Runtime* rt = [] {
-    std::string name = config::get("TORCH_TPU_RUNTIME");
-    TPU_CHECK_VALUE(name == "host" || name == "pjrt" || name == "auto" || name == "jax",
-                    "unknown TORCH_TPU_RUNTIME '", name, "' (expected 'host', 'pjrt', 'auto' or 'jax')");
-    if (name == "jax") return &runtime::jax::jax_runtime();
-    if (name != "host") {
-      if (runtime::Runtime* pjrt = pjrt::pjrt_runtime(/*required=*/name == "pjrt")) return pjrt;
-    }
-    return &runtime::host_runtime();
-  }();
-  return *rt;
-}
 
 void finish_program(compiler::Program& program, const std::vector<int32_t>& output_nodes,
                     const runtime::MemoryClasses* memory) {

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common/check.h"
+#include "common/hash.h"
 #include "compiler/disk_cache.h"
 #include "compiler/program_serialize.h"
 #include "device/device.h"
@@ -39,7 +40,7 @@ std::vector<int64_t> disk_key(const std::string& text) {
   static const std::string kTag = "torch_tpu compiled graph 1";
   std::vector<int64_t> key;
   key.reserve(2 + (text.size() + 7) / 8);
-  key.push_back(static_cast<int64_t>(compiler::fnv1a(kTag.data(), kTag.size())));
+  key.push_back(static_cast<int64_t>(fnv1a(kTag.data(), kTag.size())));
   key.push_back(static_cast<int64_t>(text.size()));
   for (size_t i = 0; i < text.size(); i += 8) {
     uint64_t w = 0;
@@ -126,7 +127,7 @@ CompiledGraph::CompiledGraph(std::shared_ptr<compiler::Program> prog, int32_t nu
 }
 
 std::unique_ptr<CompiledGraph> CompiledGraph::load(const std::string& key_text, int32_t num_inputs) {
-  compiler::DiskCache* disk = compiler::process_disk_cache();
+  DiskCache* disk = compiler::process_disk_cache();
   if (disk == nullptr) return nullptr;
   std::vector<int64_t> key = disk_key(key_text);
   std::optional<std::string> payload = disk->load(key);
@@ -146,7 +147,7 @@ std::unique_ptr<CompiledGraph> CompiledGraph::load(const std::string& key_text, 
 }
 
 bool CompiledGraph::store(const std::string& key_text) const {
-  compiler::DiskCache* disk = compiler::process_disk_cache();
+  DiskCache* disk = compiler::process_disk_cache();
   if (disk == nullptr || !storable_) return false;
   return disk->store(disk_key(key_text), compiler::serialize_program(*prog_));
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/hash.h"
 #include "compiler/disk_cache.h"
 #include "compiler/program_serialize.h"
 #include "ir/ops.h"
@@ -94,12 +95,12 @@ std::vector<int64_t> stable_key(const c10::OperatorHandle& op, const CallState& 
   }
   id += "\n" + c10::toString(schema);
   std::vector<int64_t> key = st.key;
-  key[0] = static_cast<int64_t>(compiler::fnv1a(id.data(), id.size()));
+  key[0] = static_cast<int64_t>(fnv1a(id.data(), id.size()));
   return key;
 }
 
 Lookup load(const c10::OperatorHandle& op, const OpInfo& info, const CallState& st) {
-  compiler::DiskCache* disk = compiler::process_disk_cache();
+  DiskCache* disk = compiler::process_disk_cache();
   if (disk == nullptr) return {};
   std::vector<int64_t> key;
   std::optional<std::string> payload;
@@ -129,7 +130,7 @@ Lookup load(const c10::OperatorHandle& op, const OpInfo& info, const CallState& 
 
 void store(const c10::OperatorHandle& op, const CallState& st, const compiler::Program& program,
            const std::vector<int64_t>& unbaked_key) {
-  compiler::DiskCache* disk = compiler::process_disk_cache();
+  DiskCache* disk = compiler::process_disk_cache();
   if (disk == nullptr) return;
   try {
     disk->store(stable_key(op, st), compiler::serialize_program(program));

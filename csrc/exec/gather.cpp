@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "common/check.h"
-#include "compiler/disk_cache.h"  // fnv1a
+#include "common/hash.h"
 #include "device/device.h"
 #include "exec/poison.h"
 
@@ -337,7 +337,7 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
         } else if (v.isString()) {
           mix(st, kTagString);
           auto str = v.toStringView();  // FNV-1a: stable across processes (the disk tier's keys)
-          mix(st, static_cast<int64_t>(compiler::fnv1a(str.data(), str.size())));
+          mix(st, static_cast<int64_t>(fnv1a(str.data(), str.size())));
         } else if (v.isDevice()) {
           auto d = v.toDevice();
           mix(st, kTagDevice);

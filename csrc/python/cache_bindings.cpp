@@ -14,14 +14,14 @@ void init_cache_bindings(py::module_& m) {
   m.def("_configure_disk_cache", [](const std::string& fingerprint) {
     compiler::configure_disk_cache(fingerprint);
     // The host runtime's native kernels persist in the same tier (native_kernels.h).
-    if (compiler::DiskCache* disk = compiler::process_disk_cache()) {
+    if (DiskCache* disk = compiler::process_disk_cache()) {
       runtime::host::set_native_kernel_store(
           {[disk](const std::vector<int64_t>& key) { return disk->load(key); },
            [disk](const std::vector<int64_t>& key, std::string_view library) { disk->store(key, library); }});
     }
   });
   m.def("_disk_cache_stats", [] {
-    compiler::DiskCacheStats s;
+    DiskCacheStats s;
     {
       py::gil_scoped_release no_gil;  // may scan the directory
       s = compiler::process_disk_cache_stats();

@@ -1,4 +1,4 @@
-// Trust in the program cache's disk tier (compiler/cache_auth.h, compiler/disk_cache.h):
+// Trust in the program cache's disk tier (common/cache_auth.h, compiler/disk_cache.h):
 // SHA-256/HMAC against the published vectors, entries forged without the key, directories
 // reached through other users' links or renameable parents, the held directory descriptor,
 // the key file's rules, and the deserializer's field checks (compiler/program_serialize.h).
@@ -17,7 +17,7 @@
 #include <string>
 
 #include "common/sha256.h"
-#include "compiler/cache_auth.h"
+#include "common/cache_auth.h"
 #include "compiler/disk_cache.h"
 #include "compiler/program_serialize.h"
 #include "ir/verifier.h"

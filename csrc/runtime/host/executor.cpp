@@ -19,6 +19,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/config.h"
 #include "runtime/host/kernel_threads.h"
 #include "runtime/host/run_state.h"
 #include "runtime/host/scratch_allocator.h"
@@ -150,11 +151,8 @@ std::pair<uintptr_t, uintptr_t> byte_range(const Binding& b) {
 }  // namespace
 
 HostOptions HostOptions::from_env() {
-  // Registered in common/config.cpp (documentation); read directly because the runtime does
-  // not link the core.
-  const char* v = std::getenv("TORCH_TPU_HOST_FUSION");
   HostOptions o;
-  o.fuse = v == nullptr || std::string(v) != "0";
+  o.fuse = config::get("TORCH_TPU_HOST_FUSION") != "0";  // unset: the default "1"
   return o;
 }
 

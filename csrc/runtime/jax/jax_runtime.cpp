@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "runtime/select.h"
 #include "runtime/internal_dispatch.h"
 #include "stablehlo/emitter.h"
 
@@ -169,5 +170,10 @@ Runtime& jax_runtime() {
   static JaxRuntime* runtime = new JaxRuntime();  // leaked: lives forever
   return *runtime;
 }
+
+namespace {
+// Selectable as TORCH_TPU_RUNTIME=jax from the moment the extension is loaded (runtime/select.h).
+const bool g_registered = (set_jax_runtime(&jax_runtime), true);
+}  // namespace
 
 }  // namespace torch_tpu::runtime::jax

@@ -26,7 +26,7 @@
 #include "runtime/runtime.h"
 
 namespace pybind11 {
-class object;  // the header stays free of Python: the core (exec/compile.cpp) includes it
+class object;  // the header stays free of Python
 }
 
 namespace torch_tpu::runtime::jax {

@@ -9,6 +9,8 @@
 #include <string_view>
 
 #include "common/config.h"
+#include "common/hash.h"
+#include "common/paths.h"
 
 namespace torch_tpu::pjrt {
 
@@ -20,7 +22,7 @@ static std::string hex16(uint64_t v) {
 }
 
 std::unique_ptr<ExecutableCache> ExecutableCache::open(const Client& client, const std::string& compile_options) {
-  std::string root = compiler::default_cache_root();
+  std::string root = default_cache_root();
   if (root.empty()) return nullptr;
   const Plugin& p = client.plugin();
   std::string identity = p.path() + "|" + std::to_string(p.major()) + "." + std::to_string(p.minor()) + "|" +
@@ -40,14 +42,14 @@ std::unique_ptr<ExecutableCache> ExecutableCache::open(const Client& client, con
   }
   // "v<n>-torch" keeps DiskCache's eviction rule ("other versions go first") working here too.
   std::string version = "v1-torch-pjrt-" + client.platform_name() + "-" +
-                        hex16(compiler::fnv1a(identity.data(), identity.size()));
-  auto disk = std::make_unique<compiler::DiskCache>(root + "/pjrt", version, max_bytes);
+                        hex16(fnv1a(identity.data(), identity.size()));
+  auto disk = std::make_unique<DiskCache>(root + "/pjrt", version, max_bytes);
   if (!disk->enabled()) return nullptr;
   return std::unique_ptr<ExecutableCache>(new ExecutableCache(std::move(disk)));
 }
 
 std::vector<int64_t> ExecutableCache::key_of(const std::string& mlir) {
-  return {static_cast<int64_t>(compiler::fnv1a(mlir.data(), mlir.size())), static_cast<int64_t>(mlir.size())};
+  return {static_cast<int64_t>(fnv1a(mlir.data(), mlir.size())), static_cast<int64_t>(mlir.size())};
 }
 
 std::unique_ptr<LoadedExecutable> ExecutableCache::load(const Client& client, const std::string& mlir) {

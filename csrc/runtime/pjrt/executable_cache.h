@@ -2,7 +2,7 @@
 // earlier one compiled instead of running the plugin's compiler again.
 //
 // Design:
-//   * Where: <cache root>/pjrt/<version>/, through compiler::DiskCache (authenticated entries,
+//   * Where: <cache root>/pjrt/<version>/, through DiskCache (authenticated entries,
 //     atomic writes, 0700 directories, LRU size bound; TORCH_TPU_CACHE_DIR=off disables it
 //     with the program cache's disk tier). The root is separate from the program tier's so the
 //     two never evict each other's directories as "other versions".
@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "compiler/disk_cache.h"
+#include "common/disk_cache.h"
 #include "runtime/pjrt/client.h"
 
 namespace torch_tpu::pjrt {
@@ -46,10 +46,10 @@ class ExecutableCache {
   ExecutableCacheStats stats() const;
 
  private:
-  explicit ExecutableCache(std::unique_ptr<compiler::DiskCache> disk) : disk_(std::move(disk)) {}
+  explicit ExecutableCache(std::unique_ptr<DiskCache> disk) : disk_(std::move(disk)) {}
   static std::vector<int64_t> key_of(const std::string& mlir);
 
-  std::unique_ptr<compiler::DiskCache> disk_;
+  std::unique_ptr<DiskCache> disk_;
   std::atomic<bool> serializable_{true};
   std::atomic<int64_t> hits_{0}, misses_{0}, writes_{0};
 };

@@ -1,5 +1,5 @@
 // Trusted directories and the per-user cache key (cache_auth.h).
-#include "compiler/cache_auth.h"
+#include "common/cache_auth.h"
 
 #include <fcntl.h>
 #include <sys/random.h>
@@ -18,7 +18,7 @@
 #include "common/config.h"
 #include "common/fd_io.h"
 
-namespace torch_tpu::compiler {
+namespace torch_tpu {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
@@ -72,13 +72,6 @@ bool random_bytes(char* p, size_t n) {
 }
 
 }  // namespace
-
-std::string absolute_path(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  char cwd[PATH_MAX];
-  if (::getcwd(cwd, sizeof(cwd)) == nullptr) return path;  // open_trusted_dir refuses it
-  return std::string(cwd) + (std::strcmp(cwd, "/") == 0 ? "" : "/") + path;
-}
 
 std::string untrusted_ancestor_reason(unsigned uid, unsigned mode) {
   if (uid != 0 && uid != ::geteuid()) {
@@ -273,4 +266,4 @@ std::optional<std::string> cache_key(std::string& why) {
   return *key;
 }
 
-}  // namespace torch_tpu::compiler
+}  // namespace torch_tpu

@@ -25,11 +25,9 @@
 #include <optional>
 #include <string>
 
-namespace torch_tpu::compiler {
+#include "common/paths.h"  // absolute_path
 
-// `path` made absolute against the current directory (not normalized: ".." and symbolic links
-// are resolved by open_trusted_dir). "" stays "". Never throws.
-std::string absolute_path(const std::string& path);
+namespace torch_tpu {
 
 // Opens the directory at absolute `path`, creating missing components with mode 0700 when
 // `create`. Returns an O_DIRECTORY descriptor (owned by the caller), or -1 with `why` set to a
@@ -55,4 +53,4 @@ std::optional<std::string> cache_key(std::string& why);
 
 inline constexpr size_t kCacheKeyBytes = 32;
 
-}  // namespace torch_tpu::compiler
+}  // namespace torch_tpu
