@@ -18,3 +18,9 @@ def get(name: str) -> str:
         if var == name:
             return os.environ.get(name, default)
     raise KeyError(f"torch_tpu: unregistered environment variable {name}")
+
+
+def get_bool(name: str) -> bool:
+    """A registered boolean variable, read with the C++ registry's rule (csrc/common/config.cpp
+    get_bool): true for 1, true, TRUE, True or yes; anything else is false."""
+    return get(name) in ("1", "true", "TRUE", "True", "yes")

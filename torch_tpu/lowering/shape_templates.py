@@ -77,8 +77,8 @@ class _Template:
 
 _states: dict[tuple, _State] = {}
 _stats = {"reused": 0, "learned": 0, "rejected": 0}
-_enabled = config.get("TORCH_TPU_SHAPE_TEMPLATES") not in ("0", "off", "false")
-_verify = config.get("TORCH_TPU_VERIFY") == "1"
+_enabled = config.get_bool("TORCH_TPU_SHAPE_TEMPLATES")
+_verify = config.get_bool("TORCH_TPU_VERIFY")  # the rule C++ reads it with (exec/compile.cpp)
 
 
 def verifying() -> bool:
