@@ -112,9 +112,12 @@ const std::vector<EnvVar>& registry() {
        "sleeping after this many microseconds with nothing offered. `0` turns helping off; read at "
        "the first wait."},
       {"TORCH_TPU_COMPILE_MAX_SHAPES", "8",
-       "torch.compile with dynamic shapes compiles one program per concrete input shape, for at "
-       "most this many shapes per graph (each warns and counts as a specialization); calls with "
-       "further shapes run the graph's ops eagerly, in fused mode (debug mode: one at a time). "
+       "torch.compile with dynamic shapes lowers one program per concrete input shape, for at "
+       "most this many shapes per graph (each warns and counts as a specialization). A graph of "
+       "one size symbol learns from three of them how its lowering depends on the size, then "
+       "builds every further size from the learned graph without lowering (no limit, no warning; "
+       "torch_tpu.metrics()['compile']['graph_instances']). Otherwise calls with further shapes "
+       "run the graph's ops eagerly, in fused mode (debug mode: one at a time). "
        "Python: torch_tpu.compile.set_max_shapes()."},
       {"TORCH_TPU_LOG", "",
        "Comma-separated diagnostics printed to stderr as they happen: `recompiles` prints every "
@@ -130,8 +133,10 @@ const std::vector<EnvVar>& registry() {
        "sizes (same op, arguments, broadcast pattern and size equalities; learned from two "
        "lowerings, confirmed by a third) instead of running the Python lowering again; pointwise "
        "ops and listed structured ones (matmuls, reductions, softmax, norms, losses, embedding, "
-       "attention). `0` lowers every miss. Python: torch_tpu.lowering.shape_templates.set_enabled(); "
-       "counts in torch_tpu.metrics()['shape_templates']."},
+       "attention). torch.compile's dynamic-shape graphs are learned alike, as a whole "
+       "(compile/graph_templates.py). `0` lowers every miss and every compiled size. Python: "
+       "torch_tpu.lowering.shape_templates.set_enabled(); counts in "
+       "torch_tpu.metrics()['shape_templates']."},
       {"TORCH_TPU_VERIFY", "0", "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
   };
   return vars;

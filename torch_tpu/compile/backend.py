@@ -21,10 +21,13 @@ import torch
 import torch.fx as fx
 
 from .. import _C
+from ..lowering import shape_templates
 from ..lowering.registry import is_user_lowering
 from .decompositions import decompositions
 from .flex_attention import inline_flex_attention
-from .lower_graph import Symbolic, Unsupported, effect_checks, graph_constants, input_kind, lower_graph
+from . import graph_templates
+from .lower_graph import (LoweredGraph, Symbolic, Unsupported, effect_checks, graph_constants, input_kind,
+                          lower_graph)
 from .stats import counters, record_fallback, record_recompile
 
 # Compiled programs by (graph code, input signature): a graph Dynamo recompiles with other
@@ -105,8 +108,10 @@ def _channels_last_saved(gm: fx.GraphModule, saved_start: int | None) -> frozens
                      if (v := val_4d(results[i])) is not None and v.dtype.is_floating_point)
 
 
-def _program(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = None) -> _C._CompiledGraph:
-    """The compiled program for gm on inputs of this signature (memory, then disk, then lowered)."""
+def _program(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = None,
+             lower: Callable[[], LoweredGraph] | None = None) -> _C._CompiledGraph:
+    """The compiled program for gm on inputs of this signature (memory, then disk, then lowered
+    by ``lower``, lower_graph by default)."""
     constants = [x for _, x in graph_constants(gm)]
     sig = _signature([*inputs, *constants])
     channels_last = _channels_last_saved(gm, saved_start)
@@ -120,7 +125,7 @@ def _program(gm: fx.GraphModule, inputs: Sequence, saved_start: int | None = Non
     if prog is not None:
         counters().graphs_loaded += 1
     else:
-        lg = lower_graph(gm, inputs, saved_start)
+        lg = lower() if lower is not None else lower_graph(gm, inputs, saved_start)
         # A value also returned to the user (the same node, or an alias of it) keeps its layout.
         visible = {r[1] for r in lg.returns[:saved_start or 0] if r[0] == "n"}
         news = sorted({lg.returns[i][1] for i in channels_last if lg.returns[i][0] == "n"} - visible)
@@ -259,18 +264,36 @@ def _changes(was: tuple, now: tuple) -> str:
 class _Specializing:
     """A graph with symbolic shapes: one program per concrete input signature, made at first use.
 
-    At most ``max_shapes()`` signatures are compiled (each warns, with the shapes that changed,
-    and counts as a recompile); calls with further signatures run the graph's ATen ops
-    eagerly (cached per op by the current mode), so a stream of ever-new shapes cannot make
-    compile time grow without bound.
+    At most ``max_shapes()`` signatures are lowered (each warns, with the shapes that changed,
+    and counts as a recompile). A graph of one size symbol whose ops lower alike at every size
+    learns from its lowerings how its IR depends on the size (graph_templates); once confirmed,
+    a new size writes into the learned graph instead of lowering (counted as an instance, no
+    warning), so on the host runtime every size gets a program and the limit no longer applies
+    (on PJRT each size is still an XLA compile and counts). Otherwise calls with
+    further signatures run the graph's ATen ops eagerly (cached per op by the current mode), so
+    a stream of ever-new shapes cannot make compile time grow without bound. At most
+    ``_MAX_INSTANCES`` programs per graph are kept, least recently made first out.
     """
+
+    _MAX_INSTANCES = 64
 
     def __init__(self, gm: fx.GraphModule) -> None:
         self.gm = gm
         self.programs: dict[tuple, Callable[[list], list]] = {}  # a program's run per signature
+        self.lowered = 0  # what the limit counts: signatures lowered (on PJRT also those instantiated)
+        self.first_sig: tuple | None = None
         self.eager: Callable[[list], list] | None = None
         self.over_limit: Callable[[list], list] | None = None
         self._boxed_call = True
+        self.size_at = graph_templates.size_symbol(gm) if graph_templates.eligible(gm) else None
+        self.template = graph_templates.GraphTemplate(graph_templates.size_functions(gm)) \
+            if self.size_at is not None else None
+
+    def _size(self, args: list) -> int | None:
+        if self.size_at is None or not shape_templates.enabled():
+            return None
+        i, d = self.size_at
+        return int(args[i]) if d < 0 else int(args[i].shape[d])
 
     def __call__(self, args: list) -> list:
         if self.eager is not None:
@@ -278,21 +301,50 @@ class _Specializing:
         sig = _signature(args)
         run = self.programs.get(sig)
         if run is None:
-            if len(self.programs) >= max_shapes():
+            run = self._specialize(sig, args)
+            if run is None:
                 return self._beyond_limit(args)
-            try:
-                prog = _program(self.gm, args)
-            except Unsupported as e:
-                record_fallback(e.op, str(e))
-                self.eager = _eager(self.gm)
-                return self.eager(args)
-            counters().specializations += 1
-            if self.programs:
-                record_recompile("a dynamic-shape graph for new input shapes",
-                                 f"{_changes(next(iter(self.programs)), sig)}; {len(self.programs) + 1} of at most "
-                                 f"{max_shapes()} (TORCH_TPU_COMPILE_MAX_SHAPES)", _source_line(self.gm))
-            run = self.programs[sig] = _runner(self.gm, prog)
         return run(args)
+
+    def _specialize(self, sig: tuple, args: list) -> Callable[[list], list] | None:
+        """A run for sig's program (instantiated, loaded or lowered); None past the limit."""
+        s = self._size(args)
+        template = self.template if s is not None else None
+        instance = template.instance(s) if template is not None else None
+        # On PJRT every size is an XLA compile, learned or not: the limit counts them all.
+        if self.lowered >= max_shapes() and (instance is None or _C._runtime_name() != "host"):
+            return None
+
+        def lower() -> LoweredGraph:
+            lg = lower_graph(self.gm, args)
+            if instance is not None:
+                graph_templates.check(instance, lg, s)
+            elif template is not None and template.observe(s, lg):
+                counters().graph_templates += 1
+            return lg
+
+        verify = instance is not None and shape_templates.verifying()
+        try:
+            prog = _program(self.gm, args, lower=lower if instance is None or verify else lambda: instance)
+        except Unsupported as e:
+            record_fallback(e.op, str(e))
+            self.eager = _eager(self.gm)
+            return self.eager
+        counters().specializations += 1
+        if instance is not None:
+            counters().graph_instances += 1
+            self.lowered += _C._runtime_name() != "host"
+        else:
+            self.lowered += 1
+            if self.first_sig is not None:
+                record_recompile("a dynamic-shape graph for new input shapes",
+                                 f"{_changes(self.first_sig, sig)}; {self.lowered} of at most "
+                                 f"{max_shapes()} (TORCH_TPU_COMPILE_MAX_SHAPES)", _source_line(self.gm))
+            self.first_sig = self.first_sig or sig
+        if len(self.programs) >= self._MAX_INSTANCES:
+            del self.programs[next(iter(self.programs))]
+        run = self.programs[sig] = _runner(self.gm, prog)
+        return run
 
     def _beyond_limit(self, args: list) -> list:
         counters().shape_limit_hits += 1

@@ -17,6 +17,8 @@ class CompileStats:
     graphs_reused: int = 0      # graphs whose program was found in the backend's memory cache
     graphs_loaded: int = 0      # graphs whose program came from the disk tier (no lowering)
     specializations: int = 0    # programs compiled for graphs with symbolic shapes, per concrete signature
+    graph_templates: int = 0    # dynamic-shape graphs whose lowering was learned across sizes (graph_templates.py)
+    graph_instances: int = 0    # specializations written from a learned graph instead of lowered
     shape_limit_hits: int = 0   # calls of a dynamic graph beyond TORCH_TPU_COMPILE_MAX_SHAPES (run eagerly)
     recompiles: int = 0         # Dynamo re-captures of an already compiled frame (a guard failed)
     recompile_reasons: dict[str, int] = field(default_factory=dict)  # first failed guard -> count

@@ -348,7 +348,7 @@ def sdpa_efficient(b: GraphBuilder, q: Value, k: Value, v: Value, attn_bias: Val
     padded = -(-L // _LSE_ALIGN) * _LSE_ALIGN if compute_log_sumexp else 0
     if padded == 0:
         lse = b.full(0.0, torch.float32, (q.shape[0], q.shape[1], 0))
-    elif padded != L:
+    else:  # also by 0: one graph shape for every L (compile/graph_templates.py learns sizes from it)
         lse = b.pad(lse, b.full(0.0, torch.float32, ()), [0, 0, 0], [0, 0, padded - L])
     zero = b.full(0, torch.int64, ())
     return out, lse, zero, b.full(0, torch.int64, ())

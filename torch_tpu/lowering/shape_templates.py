@@ -118,6 +118,11 @@ def reset() -> None:
     reset_stats()
 
 
+def enabled() -> bool:
+    """Whether lowerings are reused across sizes (per op here, per graph in torch.compile)."""
+    return _enabled
+
+
 def set_enabled(enabled: bool) -> None:
     """Turn reuse on or off for this process (TORCH_TPU_SHAPE_TEMPLATES sets the start value)."""
     global _enabled
