@@ -132,7 +132,9 @@ const std::vector<EnvVar>& registry() {
        "ops and listed structured ones (matmuls, reductions, softmax, norms, losses, embedding, "
        "attention). `0` lowers every miss. Python: torch_tpu.lowering.shape_templates.set_enabled(); "
        "counts in torch_tpu.metrics()['shape_templates']."},
-      {"TORCH_TPU_VERIFY", "0", "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
+      {"TORCH_TPU_VERIFY", "0",
+       "`1` runs the IR verifier on every compiled program (always on in debug mode) and on the "
+       "graph after each of the host planner's IR passes."},
   };
   return vars;
 }
