@@ -137,7 +137,10 @@ const std::vector<EnvVar>& registry() {
        "(compile/graph_templates.py). `0` lowers every miss and every compiled size. Python: "
        "torch_tpu.lowering.shape_templates.set_enabled(); counts in "
        "torch_tpu.metrics()['shape_templates']."},
-      {"TORCH_TPU_VERIFY", "0", "`1` runs the IR verifier on every compiled program (always on in debug mode)."},
+      {"TORCH_TPU_VERIFY", "0",
+       "`1` runs the IR verifier on every compiled program (always on in debug mode) and on the "
+       "graph after each of the host planner's IR passes, and compares every lowering reused "
+       "across sizes (TORCH_TPU_SHAPE_TEMPLATES) with a fresh one."},
   };
   return vars;
 }

@@ -2,18 +2,17 @@
 //
 // Design: the key is a flat vector of 64-bit words the dispatcher writes while it walks an ATen
 // call's arguments (op identity, dtypes, shapes, baked arguments), with its hash computed
-// alongside, so a lookup neither allocates nor lowers anything. Entries are shared_ptrs: a
-// program evicted while queued work still runs it stays alive until that work finishes.
-// Thread-safe.
+// alongside, so a lookup neither allocates nor lowers anything (the LRU is common/lru_cache.h,
+// under a mutex). Entries are shared_ptrs: a program evicted while queued work still runs it
+// stays alive until that work finishes. Thread-safe.
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
+#include "common/lru_cache.h"
 #include "compiler/program.h"
 
 namespace torch_tpu::compiler {
@@ -32,17 +31,8 @@ class ProgramCache {
   void clear();
 
  private:
-  struct Entry {
-    std::vector<int64_t> words;
-    uint64_t hash;
-    std::shared_ptr<Program> program;
-  };
-  using List = std::list<Entry>;
   mutable std::mutex mu_;
-  size_t capacity_;
-  List lru_;  // front = most recently used
-  std::unordered_multimap<uint64_t, List::iterator> index_;
-  CacheStats stats_;
+  LruCache<std::shared_ptr<Program>> lru_;
 };
 
 // The process-wide cache used by the eager modes (TORCH_TPU_PROGRAM_CACHE_SIZE entries).

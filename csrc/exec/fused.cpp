@@ -11,17 +11,17 @@
 #include <iostream>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "common/check.h"
 #include "common/config.h"
 #include "common/fork_guard.h"
+#include "common/lru_cache.h"
 #include "device/device.h"
 #include "exec/fused_pending.h"
 #include "exec/metrics.h"
-#include "exec/profiler.h"
 #include "exec/mode.h"
 #include "exec/poison.h"
+#include "exec/profiler.h"
 #include "exec/view_geometry.h"
 #include "ir/printer.h"
 
@@ -30,36 +30,8 @@ namespace {
 
 using namespace fusion;  // the pending graph (fused_pending.h) and view geometry (view_geometry.h)
 
-struct FusedCache {
-  struct Entry {
-    std::vector<int64_t> key;
-    std::shared_ptr<FusedProgram> program;
-    uint64_t last_use = 0;
-  };
-  std::unordered_multimap<uint64_t, Entry> map;
-  uint64_t clock = 0;
-  size_t capacity = static_cast<size_t>(std::max<int64_t>(1, config::get_int("TORCH_TPU_PROGRAM_CACHE_SIZE")));
-
-  std::shared_ptr<FusedProgram> find(const std::vector<int64_t>& key, uint64_t hash) {
-    auto [lo, hi] = map.equal_range(hash);
-    for (auto it = lo; it != hi; ++it) {
-      if (it->second.key == key) {
-        it->second.last_use = ++clock;
-        return it->second.program;
-      }
-    }
-    return nullptr;
-  }
-  void insert(std::vector<int64_t> key, uint64_t hash, std::shared_ptr<FusedProgram> p) {
-    if (map.size() >= capacity) {  // evict the least recently used (rare: a scan is fine)
-      auto victim = std::min_element(map.begin(), map.end(), [](const auto& a, const auto& b) {
-        return a.second.last_use < b.second.last_use;
-      });
-      map.erase(victim);
-    }
-    map.emplace(hash, Entry{std::move(key), std::move(p), ++clock});
-  }
-};
+// Composed graphs by their key (Pending::key), TORCH_TPU_PROGRAM_CACHE_SIZE of them.
+using FusedCache = LruCache<std::shared_ptr<FusedProgram>>;
 
 constexpr uint64_t kMissesBeforeWarning = 64;
 
@@ -67,7 +39,8 @@ std::mutex g_mu;  // guards everything below
 std::map<c10::DeviceIndex, Pending> g_pending;
 // Never destroyed, like the per-op program cache: its executables must not be released during
 // static destruction, after a PJRT plugin's driver (CUDA) has already shut down at exit.
-FusedCache& g_cache = *new FusedCache;
+FusedCache& g_cache =
+    *new FusedCache(static_cast<size_t>(std::max<int64_t>(1, config::get_int("TORCH_TPU_PROGRAM_CACHE_SIZE"))));
 FusedStats g_stats;
 std::map<std::string, uint64_t> g_host_read_lines;
 std::atomic<int> g_pending_ops{0};  // fast "anything pending?" for the flush hook
@@ -287,7 +260,8 @@ std::unique_ptr<FusedWork> take_locked(Pending& p, device::FlushCause cause) {
       g_stats.bytes_not_materialized += static_cast<uint64_t>(st.bytes);
     }
   }
-  std::shared_ptr<FusedProgram> fp = g_cache.find(p.key, p.hash);
+  std::shared_ptr<FusedProgram>* cached = g_cache.find(p.key, p.hash);
+  std::shared_ptr<FusedProgram> fp = cached ? *cached : nullptr;
   static uint64_t consecutive_misses = 0;
   if (fp) {
     g_stats.graph_cache_hits++;

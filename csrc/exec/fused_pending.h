@@ -8,8 +8,8 @@
 // shared by both, so it is a header of its own; nothing outside exec/fused*.cpp includes it.
 #pragma once
 
-#include <c10/core/Stream.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/core/Stream.h>
 #include <c10/util/SmallVector.h>
 #include <c10/util/intrusive_ptr.h>
 
@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/hash.h"
 #include "compiler/program.h"
 #include "exec/call.h"
 #include "ir/graph.h"
@@ -112,7 +113,7 @@ struct Pending {
   std::vector<Store> stores;
   std::unordered_map<const c10::StorageImpl*, StorageState> storages;
   std::vector<int64_t> key;
-  uint64_t hash = 0xcbf29ce484222325ull;
+  uint64_t hash = kFnvOffsetBasis;  // of `key` (common/hash.h)
   bool contracts = false;  // some recorded op holds a contraction (slow start, below)
   int32_t memory_classes = 0;  // memory classes numbered so far (slots, stores)
   // Graphs flushed since the host last waited for this device (carried across graphs).
@@ -120,7 +121,7 @@ struct Pending {
 
   void mix(int64_t w) {
     key.push_back(w);
-    hash = (hash ^ static_cast<uint64_t>(w)) * 0x100000001b3ull;
+    hash = mix_word(hash, w);
   }
 };
 

@@ -113,8 +113,7 @@ inline int64_t double_bits(double d) {
 
 inline void mix(CallState& st, int64_t w) {
   st.key.push_back(w);
-  // FNV-1a style mixing over 64-bit words: cheap, good enough for a hash-map key.
-  st.hash = (st.hash ^ static_cast<uint64_t>(w)) * 0x100000001b3ull;
+  st.hash = mix_word(st.hash, w);
 }
 
 std::string device_str(const c10::Device& d) {
@@ -255,7 +254,7 @@ void gather(CallState& st, const OpInfo& info, c10::ArrayRef<c10::IValue> args) 
   st.first_binding.clear();
   st.device_known = false;
   st.generator.reset();
-  st.hash = 0xcbf29ce484222325ull;
+  st.hash = kFnvOffsetBasis;
   mix(st, reinterpret_cast<intptr_t>(&info));
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& v = args[i];

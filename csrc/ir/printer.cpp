@@ -31,7 +31,9 @@ const char* pick(const char* const* names, size_t count, int64_t i) {
   return i >= 0 && static_cast<size_t>(i) < count ? names[i] : "?";
 }
 
-// Attribute text ("{...}" or empty) for node n; falls back to raw lists when malformed.
+// Attribute text ("{...}" or empty) for node n; falls back to raw lists when malformed. The
+// op's name comes from ops.cpp's table (asserted there); its attributes' layout from here.
+static_assert(kNumOpKinds == 75, "new IR op: print its attributes by name in attributes()");
 std::string attributes(const Graph& g, const Node& n) {
   static const char* const kDirs[] = {"eq", "ne", "lt", "le", "gt", "ge"};
   static const char* const kReduce[] = {"sum", "prod", "max",    "min",

@@ -134,6 +134,8 @@ class NodeVerifier {
     shape = x.shape;
   }
 
+  // Adding an op to ops.h must add its type rule below (the switch's default rejects it).
+  static_assert(kNumOpKinds == 75, "new IR op: add its constraints to infer() (and docs/ir.md)");
   void infer(DType& dt, Shape& shape) const {
     const OpKind k = n_.kind;
     if (is_unary_elementwise(k)) return unary(dt, shape);

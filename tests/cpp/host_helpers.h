@@ -1,5 +1,5 @@
 // Helpers shared by the C++ tests that compile hand-built IR programs on the host runtime's
-// executor directly (fused or unfused) and run them into fresh output tensors.
+// executor directly (fused or unfused), bind ATen CPU tensors and run into fresh output tensors.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -10,10 +10,21 @@
 #include <vector>
 
 #include "graph_helpers.h"
-#include "ir/verifier.h"
 #include "runtime/host/executor.h"
 
 namespace torch_tpu::testing {
+
+// A tensor binding over t's memory (t must outlive the run).
+inline runtime::Binding tensor_binding(const at::Tensor& t, bool snapshot = false) {
+  runtime::Binding b;
+  b.kind = runtime::Binding::Kind::Tensor;
+  b.dtype = t.scalar_type();
+  b.data = t.data_ptr();
+  b.sizes.assign(t.sizes().begin(), t.sizes().end());
+  b.strides.assign(t.strides().begin(), t.strides().end());
+  b.snapshot = snapshot;
+  return b;
+}
 
 // Gives the calling thread one OpenMP thread, as a stream worker has: libgomp's per-thread
 // setting, loaded through libtorch_cpu (this binary does not link it).

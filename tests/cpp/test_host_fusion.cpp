@@ -27,13 +27,7 @@ using host::HostExecutable;
 using host::HostOptions;
 using host::kSumBlock;
 using host::row_sums;
-using ir::DType;
-using ir::Node;
-using ir::OpKind;
-using torch_tpu::testing::compile_host;
-using torch_tpu::testing::fresh_targets;
-using torch_tpu::testing::Program;
-using torch_tpu::testing::tensor_binding;
+using namespace torch_tpu::testing;  // Program, DType, OpKind, tensor_binding, ... (*_helpers.h)
 
 HostExecutable compile(const Program& p, const std::vector<int32_t>& outputs, bool fuse) {
   return compile_host(p, outputs, fuse);

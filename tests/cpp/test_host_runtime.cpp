@@ -17,11 +17,7 @@
 namespace torch_tpu::runtime {
 namespace {
 
-using ir::DType;
-using ir::Node;
-using ir::OpKind;
-using torch_tpu::testing::Program;
-using torch_tpu::testing::tensor_binding;
+using namespace torch_tpu::testing;  // Program, DType, OpKind, tensor_binding, ... (*_helpers.h)
 
 // Runs `p` with tensor/scalar inputs and returns fresh contiguous results of `outputs`.
 std::vector<at::Tensor> run(const Program& p, const std::vector<int32_t>& outputs, const std::vector<Binding>& inputs,

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "graph_helpers.h"
 #include "ir/graph.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -25,14 +26,7 @@ Graph small_graph(DType t = DType::kF32) {
   return g;
 }
 
-std::string verify_error(const Graph& g) {
-  try {
-    verify(g);
-  } catch (const VerifyError& e) {
-    return e.what();
-  }
-  return "";
-}
+using torch_tpu::testing::verify_error;
 
 TEST(IrOps, NamesMatchBuilderOrder) {
   EXPECT_EQ(kNumOpKinds, 75);

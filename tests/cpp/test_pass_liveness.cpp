@@ -2,29 +2,27 @@
 #include <gtest/gtest.h>
 
 #include "compiler/passes/liveness.h"
-#include "ir/graph.h"
+#include "graph_helpers.h"
 
 namespace torch_tpu::compiler::passes {
 namespace {
 
-using ir::DType;
-using ir::Graph;
-using ir::Node;
-using ir::OpKind;
+using namespace torch_tpu::testing;  // Program, OpKind (graph_helpers.h)
 
-Node make(OpKind k, std::vector<int32_t> operands = {}, std::vector<int64_t> iattrs = {}) {
-  return Node{k, DType::kF32, {2, 3}, std::move(operands), std::move(iattrs), {}};
+// Every node here is f32[2, 3]: liveness reads only operands.
+int32_t add(Program& p, OpKind k, std::vector<int32_t> operands = {}, std::vector<int64_t> iattrs = {}) {
+  return p.add(k, DType::kF32, {2, 3}, std::move(operands), std::move(iattrs));
 }
 
 TEST(PassLiveness, OutputsAndWhatTheyReadAreLiveReadersListedOnceNewestFirst) {
-  Graph g;
-  g.add(make(OpKind::kParameter, {}, {0}));  // %0
-  g.add(make(OpKind::kParameter, {}, {1}));  // %1: read only by dead %4
-  g.add(make(OpKind::kAdd, {0, 0}));         // %2: reads %0 twice
-  g.add(make(OpKind::kMul, {2, 0}));         // %3: output
-  g.add(make(OpKind::kNeg, {1}));            // %4: dead
-  g.add(make(OpKind::kExp, {2}));            // %5: output
-  const Liveness l = liveness(g, {false, false, false, true, false, true});
+  Program p;
+  add(p, OpKind::kParameter, {}, {0});  // %0
+  add(p, OpKind::kParameter, {}, {1});  // %1: read only by dead %4
+  add(p, OpKind::kAdd, {0, 0});         // %2: reads %0 twice
+  add(p, OpKind::kMul, {2, 0});         // %3: output
+  add(p, OpKind::kNeg, {1});            // %4: dead
+  add(p, OpKind::kExp, {2});            // %5: output
+  const Liveness l = liveness(p.g, {false, false, false, true, false, true});
   EXPECT_EQ(l.live, (std::vector<bool>{true, false, true, true, false, true}));
   EXPECT_EQ(l.readers[0], (std::vector<int32_t>{3, 2}));  // %2 reads it twice: listed once
   EXPECT_EQ(l.readers[2], (std::vector<int32_t>{5, 3}));
@@ -34,10 +32,10 @@ TEST(PassLiveness, OutputsAndWhatTheyReadAreLiveReadersListedOnceNewestFirst) {
 }
 
 TEST(PassLiveness, NoOutputsNothingLive) {
-  Graph g;
-  g.add(make(OpKind::kParameter, {}, {0}));
-  g.add(make(OpKind::kNeg, {0}));
-  const Liveness l = liveness(g, {false, false});
+  Program p;
+  add(p, OpKind::kParameter, {}, {0});
+  add(p, OpKind::kNeg, {0});
+  const Liveness l = liveness(p.g, {false, false});
   EXPECT_EQ(l.live, (std::vector<bool>{false, false}));
   EXPECT_TRUE(l.readers[0].empty());
 }

@@ -22,12 +22,7 @@ namespace torch_tpu::runtime {
 namespace {
 
 using host::HostExecutable;
-using ir::DType;
-using ir::OpKind;
-using torch_tpu::testing::compile_host;
-using torch_tpu::testing::fresh_targets;
-using torch_tpu::testing::Program;
-using torch_tpu::testing::tensor_binding;
+using namespace torch_tpu::testing;  // Program, DType, OpKind, tensor_binding, ... (*_helpers.h)
 
 // Runs `work` on a fresh thread with one OpenMP thread (a stream worker) that starts once this
 // thread is waiting for it; this thread helps until the work is done. Returns how many work

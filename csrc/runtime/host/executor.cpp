@@ -153,6 +153,7 @@ std::pair<uintptr_t, uintptr_t> byte_range(const Binding& b) {
 HostOptions HostOptions::from_env() {
   HostOptions o;
   o.fuse = config::get("TORCH_TPU_HOST_FUSION") != "0";  // unset: the default "1"
+  o.verify = config::get_bool("TORCH_TPU_VERIFY");
   return o;
 }
 

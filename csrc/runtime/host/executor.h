@@ -103,7 +103,10 @@ struct HostOptions {
   // Which parameters and outputs may share memory (runtime.h); null: any may. Read only by the
   // constructor: an output then closes only the open clusters that touch its memory.
   const MemoryClasses* memory = nullptr;
-  // The default: fuse unless TORCH_TPU_HOST_FUSION=0 (read at every call).
+  // Verify the graph after each IR pass (compiler/passes/verify_pass.h).
+  bool verify = false;
+  // The default: fuse unless TORCH_TPU_HOST_FUSION=0, verify under TORCH_TPU_VERIFY=1 (read at
+  // every call).
   static HostOptions from_env();
 };
 
@@ -188,7 +191,8 @@ class HostExecutable final : public Executable {
 
   // Planning, in the order the constructor runs them (host_plan.cpp unless noted).
   // The host's graph rewrites, after the target-independent view-chain collapse; node ids kept.
-  ir::Graph rewrite(const ir::Graph& input_graph, KernelForms& forms) const;
+  // `verify`: the collapse's output is verified (HostOptions::verify).
+  ir::Graph rewrite(const ir::Graph& input_graph, KernelForms& forms, bool verify) const;
   // Fills steps_ (kernels and clusters), params_, reads_binding_, node_dtype_ and node_names_
   // (step_partition.cpp).
   Partition partition(const ir::Graph& graph, const compiler::passes::Liveness& liveness, const KernelForms& forms,

@@ -12,6 +12,7 @@
 #include "common/check.h"
 #include "compiler/passes/constant_values.h"
 #include "compiler/passes/liveness.h"
+#include "compiler/passes/verify_pass.h"
 #include "compiler/passes/view_chains.h"
 #include "runtime/host/concat_reshapes.h"
 #include "runtime/host/executor.h"
@@ -48,7 +49,7 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
     output_shape_[o] = input_graph.node(o).shape;
   }
   KernelForms forms;
-  const ir::Graph graph = rewrite(input_graph, forms);  // view chains collapsed, host rewrites
+  const ir::Graph graph = rewrite(input_graph, forms, options.verify);  // view chains collapsed, host rewrites
   // Only live nodes become steps; each value is released after its last live reader.
   const compiler::passes::Liveness liveness = compiler::passes::liveness(graph, is_output_);
   Partition part = partition(graph, liveness, forms, options);  // kernel steps and clusters
@@ -61,13 +62,15 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
 // Each view node left is a step: collapse chains of them first (compiler/passes/view_chains.h),
 // then let concatenates copy their reshaped operands' sources (concat_reshapes.h), transposed
 // convolutions read their weights unflipped, products take their bias adds and their readers'
-// layouts (kernels.h). Node ids are kept.
-ir::Graph HostExecutable::rewrite(const ir::Graph& input_graph, KernelForms& forms) const {
-  ir::Graph graph = absorb_bias_adds(
-      absorb_weight_flips(absorb_concat_reshapes(compiler::passes::collapse_view_chains(input_graph, is_output_),
-                                                 is_output_, forms.concat_shapes),
-                          is_output_, forms.unflipped),
-      is_output_, forms.products);
+// layouts (kernels.h). Node ids are kept. Only the collapse is verified: the host rewrites
+// write forms the IR verifier rejects by design (a concatenate reading a reshape's source, a
+// dot_general with a bias operand), which only the kernels of `forms` read.
+ir::Graph HostExecutable::rewrite(const ir::Graph& input_graph, KernelForms& forms, bool verify) const {
+  ir::Graph graph = compiler::passes::collapse_view_chains(input_graph, is_output_);
+  if (verify) compiler::passes::verify_pass_output(graph, "collapse_view_chains");
+  graph = absorb_concat_reshapes(graph, is_output_, forms.concat_shapes);
+  graph = absorb_weight_flips(graph, is_output_, forms.unflipped);
+  graph = absorb_bias_adds(graph, is_output_, forms.products);
   product_layouts(graph, is_output_, forms.products);
   return graph;
 }

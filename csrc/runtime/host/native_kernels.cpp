@@ -33,6 +33,7 @@
 #include "common/config.h"
 #include "common/fd_io.h"
 #include "common/fork_guard.h"
+#include "common/hash.h"
 #include "runtime/host/tile_cluster.h"
 
 extern char** environ;
@@ -152,8 +153,7 @@ class NativeCompiler {
   };
 
   static Job make_job(NativeKernel* kernel, const std::string& body) {
-    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across processes, unlike std::hash
-    for (unsigned char c : body) h = (h ^ c) * 0x100000001b3ull;
+    const uint64_t h = fnv1a(body.data(), body.size());  // stable across processes, unlike std::hash
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
     Job job{kernel, std::string("tpu_native_") + hex, kPrelude, {}};

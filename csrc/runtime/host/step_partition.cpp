@@ -59,6 +59,10 @@ std::vector<bool> recomputed_scalars(const ir::Graph& g, const std::vector<bool>
   return yes;
 }
 
+// Adding an op to ir/ops.h must give it a host kernel in one of the makers below (kernels_*.cpp);
+// one without raises NotImplementedError at compile time, which tests/ir would catch only if it
+// tested the op.
+static_assert(ir::kNumOpKinds == 75, "new IR op: add its host kernel (runtime/host/kernels_*.cpp)");
 Kernel make_kernel(const ir::Graph& g, int32_t id) {
   for (auto make : {make_elementwise_kernel, make_rng_kernel, make_data_kernel, make_reduce_kernel,
                     make_contract_kernel, make_linalg_kernel}) {
