@@ -5,10 +5,11 @@ block_size, 2 * head_size]`, whose `[block_size * 2, head_size]` rows hold the b
 then its values. A step's metadata is built once on the host (numpy, from the runner's host
 copy of the block table: no device read) and shared by every layer:
 
-- KV write: one `copy_` per (request, block) run of new tokens into that block's slice of
-  the cache (keys and values stacked). Not `index_put_`: a scatter reads the whole cache it
-  writes, so the host runtime computes it aside and copies the whole cache back (~5-10 ms
-  per call for a 16 MiB layer); a slice copy touches only the slots written.
+- KV write: one `index_put_` per layer into the cache's rows (keys and values stacked, row
+  indices made on the host once per step). The host runtime writes a scatter into its own
+  operand in place (csrc/runtime/host/host_plan.cpp, plan_in_place_scatters), so only the
+  rows written are touched; before it did, the scatter was computed aside and the whole cache
+  copied back, and the write was one slice `copy_` per (request, block) run of tokens.
 - One request (a single prompt's prefill, with or without a cached prefix, or one decode):
   one flash-attention op (`aten._flash_attention_forward`, bottom-right aligned causal, the
   key/value heads repeated inside the op for GQA) over the new keys and values as they are
@@ -86,9 +87,10 @@ class TpuAttentionMetadata:
     num_reqs: int
     max_query_len: int
     block_size: int
-    # KV write: (block id, first offset, end offset, first token, end token) per run of new
-    # tokens that lands in one block.
-    segments: list[tuple[int, int, int, int, int]]
+    # KV write: rows of the cache viewed as `[blocks * kv_heads * 2 * block_size, head_size]`
+    # that the step's new keys (index 0) and values (index 1) go to, `[2, tokens, kv_heads]`
+    # (None: no new tokens).
+    write_rows: torch.Tensor | None
     # Rows of the cache viewed as `[blocks * kv_heads * 2 * block_size, head_size]` that hold
     # the keys (index 0) and values (index 1) attention reads: one request `[2, seq_len,
     # kv_heads]` (None when nothing is cached: the new keys are all of them); several requests
@@ -166,18 +168,6 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         max_seq = int(seq_lens.max()) if num_reqs else 1
         num_blocks = max(-(-max_seq // bs), 1)
         table = self._host_block_table(m.block_table_tensor, num_reqs).astype(np.int64)
-        # KV write runs: the new tokens of request r are positions ctx[r] .. seq_lens[r] - 1.
-        segments = []
-        for r in range(num_reqs):
-            pos, end, tok = int(ctx[r]), int(seq_lens[r]), int(qsl[r])
-            while pos < end:
-                blk, off = divmod(pos, bs)
-                stop = min(end, (blk + 1) * bs)
-                segments.append((int(table[r, blk]), off, off + stop - pos, tok, tok + stop - pos))
-                tok += stop - pos
-                pos = stop
-        md = TpuAttentionMetadata(num_actual_tokens=num_tokens, num_reqs=num_reqs,
-                                  max_query_len=max_q, block_size=bs, segments=segments)
         dev = self.device
         hkv = self.num_kv_heads
         kv_of = np.array([0, bs], dtype=np.int64)
@@ -187,6 +177,16 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
             return (blocks * hkv * 2 * bs + offsets)  # + head * 2 * bs + kv * bs by the caller
 
         heads = np.arange(hkv, dtype=np.int64) * 2 * bs
+        # KV write: token t of request r is position ctx[r] + (t - qsl[r]).
+        write_rows = None
+        if num_tokens > 0:
+            req = np.repeat(np.arange(num_reqs, dtype=np.int64), q_lens)
+            pos = ctx[req] + np.arange(num_tokens, dtype=np.int64) - qsl[req]
+            base = rows(table[req, pos // bs], pos % bs)  # [tokens]
+            w = kv_of[:, None, None] + base[None, :, None] + heads[None, None, :]
+            write_rows = torch.from_numpy(np.ascontiguousarray(w)).to(dev)
+        md = TpuAttentionMetadata(num_actual_tokens=num_tokens, num_reqs=num_reqs,
+                                  max_query_len=max_q, block_size=bs, write_rows=write_rows)
         if num_reqs == 1:
             if ctx[0] > 0:
                 pos = np.arange(seq_lens[0], dtype=np.int64)
@@ -240,8 +240,8 @@ class TpuAttentionImpl(AttentionImpl):
 
     def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor,
                            kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """Write the step's keys/values into their slots: one slice copy per run of tokens in
-        one block (the runs come from the step's metadata, made on the host)."""
+        """Write the step's keys/values into their slots: one `index_put_` into the cache's
+        rows (the row indices come from the step's metadata, made on the host)."""
         from vllm.forward_context import get_forward_context
 
         md = get_forward_context().attn_metadata
@@ -254,16 +254,13 @@ class TpuAttentionImpl(AttentionImpl):
     @staticmethod
     def _write_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
                   md: TpuAttentionMetadata) -> None:
-        if not md.segments:
+        if md.write_rows is None:
             return
-        num_blocks, hkv, bs, _ = kv_cache.shape  # [blocks, kv_heads, block_size, 2 * head_size]
-        cache = kv_cache.view(num_blocks, hkv, 2, bs, -1)
         n = md.num_actual_tokens
-        # [hkv, 2, tokens, head_size]: keys and values of a run copy as one slice.
-        kv = torch.stack((key[:n].view(n, hkv, -1), value[:n].view(n, hkv, -1)), dim=0).to(
-            kv_cache.dtype).permute(2, 0, 1, 3)
-        for blk, o0, o1, t0, t1 in md.segments:
-            cache[blk, :, :, o0:o1].copy_(kv[:, :, t0:t1])
+        _, hkv, _, two_hs = kv_cache.shape  # [blocks, kv_heads, block_size, 2 * head_size]
+        flat = kv_cache.view(-1, two_hs // 2)  # the cache's rows, contiguous
+        kv = torch.stack((key[:n].view(n, hkv, -1), value[:n].view(n, hkv, -1)), dim=0)
+        flat.index_put_((md.write_rows,), kv.to(kv_cache.dtype))  # [2, tokens, kv_heads, head_size]
 
     def forward(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor,
                 value: torch.Tensor, kv_cache: torch.Tensor,

@@ -13,12 +13,21 @@ together as one strided `[tokens, heads + kv_heads, head_size]` view:
 table made once). The values are the same bits as
 `forward_native`'s: `x1 * cos + x2 * (-sin)` rounds as `x1 * cos - x2 * sin` does. Any other
 configuration (GPT-J style, partial rotary, no key, separate tensors) takes `forward_native`.
+
+`TpuRMSNorm` (vLLM's `RMSNorm`): `F.rms_norm`, which torch_tpu runs as one program
+(`aten._fused_rms_norm`, csrc/aten/rms_norm.cpp), where vLLM's native formula (float32 copy,
+pow, mean, add, rsqrt, two muls) costs 7; with a residual, one add more. Float32 activations
+and weight only: there both compute `x * rsqrt(mean(x^2) + eps) * w` in float32 (up to the
+summation order of the mean). In lower precisions vLLM rounds to the weight's dtype before
+the weight multiply and F.rms_norm does not, so those take `forward_native`, as do a weightless
+norm and a variance over part of the hidden size.
 """
 
 from __future__ import annotations
 
 import torch
 
+from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
 
 
@@ -86,3 +95,20 @@ class TpuRotaryEmbedding(RotaryEmbedding):
 
 _STEP_TABLES: dict = {}  # the current step's C and S (one entry)
 _TABLES: dict = {}  # per cos/sin cache: [max_positions, 2, head_size] of C and S rows
+
+
+@RMSNorm.register_oot
+class TpuRMSNorm(RMSNorm):
+    """vLLM's RMSNorm as one `F.rms_norm` program on tpu (see the module docstring)."""
+
+    def forward_oot(self, x: torch.Tensor, residual: torch.Tensor | None = None
+                    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        w = self.weight.data
+        if (x.device.type != "tpu" or x.dtype != torch.float32 or w.dtype != torch.float32
+                or not self.has_weight or self.variance_size_override is not None
+                or (residual is not None and residual.dtype != torch.float32)):
+            return self.forward_native(x, residual)
+        if residual is None:
+            return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, self.variance_epsilon)
+        x = x + residual
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, self.variance_epsilon), x

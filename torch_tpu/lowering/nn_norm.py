@@ -329,8 +329,9 @@ def fused_rms_norm(b: GraphBuilder, x: Value, normalized_shape: list[int], w: Va
     cnt = math.prod(normalized_shape)
     rest = tuple(x.shape[: x.rank - k])
     ms = b.div(rsum(b, b.mul(xc, xc), dims), full(b, cnt, comp, rest))
-    # eps=None means the input dtype's machine epsilon (F.rms_norm's default).
-    e = full(b, torch.finfo(x.dtype).eps, comp, rest) if eps is None else splat(b, eps, comp, rest)
+    # eps=None means the machine epsilon of the computation dtype (F.rms_norm's default on CPU:
+    # float32's for bfloat16 and float16 inputs, not theirs).
+    e = full(b, torch.finfo(comp).eps, comp, rest) if eps is None else splat(b, eps, comp, rest)
     rstd = b.rsqrt(b.add(ms, e))
     y = b.mul(xc, keep(b, xc, dims, rstd))
     if w is not None:

@@ -157,16 +157,28 @@ HostOptions HostOptions::from_env() {
   return o;
 }
 
-bool HostExecutable::inplace_ok(const OutputTarget& o, const Binding& in, int64_t binding) const {
-  const int32_t c = store_cluster_[o.node];
-  if (c < 0 || reader_cluster_[binding] != c) return false;
-  const Binding& d = o.dest;
+namespace {
+
+// Whether input binding `in` (read as it is, not a snapshot) names exactly the elements of
+// destination `d`: same element, same address; and no two elements share one (a stride-0 dim
+// would).
+bool same_elements(const Binding& in, const Binding& d) {
   if (in.data != d.data || in.dtype != d.dtype || in.snapshot || in.sizes != d.sizes) return false;
   for (size_t k = 0; k < d.sizes.size(); ++k) {
-    // Same element, same address; and no two elements share one (a stride-0 dim would).
     if (d.sizes[k] > 1 && (in.strides[k] != d.strides[k] || d.strides[k] == 0)) return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool HostExecutable::inplace_ok(const OutputTarget& o, const Binding& in, int64_t binding) const {
+  const int32_t c = store_cluster_[o.node];
+  return c >= 0 && reader_cluster_[binding] == c && same_elements(in, o.dest);
+}
+
+bool HostExecutable::scatter_in_place_ok(const OutputTarget& o, const Binding& in, int64_t binding) const {
+  return scatter_binding_[o.node] == binding && same_elements(in, o.dest);
 }
 
 at::Tensor HostExecutable::bind_param(const Param& p, const std::vector<Binding>& inputs, RngState rng,
@@ -434,6 +446,8 @@ void HostExecutable::run_impl(const std::vector<Binding>& inputs, const std::vec
   auto meet = [&](const Span& d, const Span& other) {  // d is an output's span
     if (other.dest) {
       clash[d.index] = clash[other.index] = 1;
+    } else if (scatter_in_place_ok(outputs[d.index], inputs[other.index], other.index)) {
+      // The scatter's own operand: it writes its indexed elements there (no overlap to order).
     } else {
       reads_overlap[d.index] = 1;
       if (!inplace_ok(outputs[d.index], inputs[other.index], other.index)) clash[d.index] = 1;

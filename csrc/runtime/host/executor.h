@@ -64,6 +64,9 @@
 // chain of a value some step computes (compiled graphs return reshaped activations and
 // transposed weight gradients) lends that step its destination, viewed back to the step's
 // shape (ViewRoute), so the step computes straight into it and the view needs no copy.
+// One more overlap is allowed: a scatter whose operand is the destination itself
+// (`cache.index_put_(...)`, `index_copy_`), when only the scatter reads that parameter; the
+// scatter then writes just the indexed elements in place (plan_in_place_scatters).
 // ATen is called with autograd and Python dispatch keys excluded, so user dispatch modes and
 // autograd never see the runtime's internal CPU ops.
 // Shared runs: a program of kMinSharedSteps or more steps is offered to threads blocked
@@ -205,6 +208,9 @@ class HostExecutable final : public Executable {
                         const std::vector<int32_t>& step_of);
   // store_cluster_ and reader_cluster_ (inplace_ok).
   void plan_in_place(const ir::Graph& graph, const compiler::passes::Liveness& liveness, const Partition& part);
+  // scatter_binding_ (scatter_in_place_ok).
+  void plan_in_place_scatters(const ir::Graph& graph, const compiler::passes::Liveness& liveness,
+                              const std::vector<int32_t>& outputs, const Partition& part);
   // Each step's releases, and the shared runs' tables (deps_, reads_, orphans_, ...).
   void schedule(const ir::Graph& graph, const compiler::passes::Liveness& liveness, const Partition& part);
 
@@ -233,6 +239,9 @@ class HostExecutable final : public Executable {
   void report_fates(const RunState& st, const std::vector<OutputTarget>& outputs) const;
   // Whether output `o` may be written directly although it overlaps input binding `in`.
   bool inplace_ok(const OutputTarget& o, const Binding& in, int64_t binding) const;
+  // Whether output `o` may be written directly although it overlaps input binding `in`: the
+  // binding is the operand of the scatter that computes `o`, and is `o`'s destination exactly.
+  bool scatter_in_place_ok(const OutputTarget& o, const Binding& in, int64_t binding) const;
 
   int32_t num_nodes_ = 0;
   std::vector<at::ScalarType> node_dtype_;          // per node id
@@ -246,6 +255,9 @@ class HostExecutable final : public Executable {
   // plain cluster whose elementwise members are the only readers of it (-1: none).
   std::vector<int32_t> store_cluster_;
   std::vector<int32_t> reader_cluster_;
+  // In-place scatters (scatter_in_place_ok): per output node, the binding whose parameter only
+  // the scatter computing the output reads, as its operand (-1: none).
+  std::vector<int64_t> scatter_binding_;
   std::vector<std::string> node_names_;  // per live node: "%3 add" (describe())
   // Shared runs (SharedRun), as ranges per step i: [x_begin_[i], x_begin_[i + 1]) of x_.
   std::vector<int32_t> dep_begin_, deps_;        // the earlier steps whose values step i reads

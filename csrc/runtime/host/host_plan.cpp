@@ -53,10 +53,11 @@ HostExecutable::HostExecutable(const ir::Graph& input_graph, const std::vector<i
   // Only live nodes become steps; each value is released after its last live reader.
   const compiler::passes::Liveness liveness = compiler::passes::liveness(graph, is_output_);
   Partition part = partition(graph, liveness, forms, options);  // kernel steps and clusters
-  fold_constants(graph, part.step_of);             // steps of constant values run once, here
-  plan_view_routes(graph, outputs, part.step_of);  // outputs that view a step's value
-  plan_in_place(graph, liveness, part);            // in-place elementwise updates
-  schedule(graph, liveness, part);                 // releases, and the shared runs' tables
+  fold_constants(graph, part.step_of);                     // steps of constant values run once, here
+  plan_view_routes(graph, outputs, part.step_of);          // outputs that view a step's value
+  plan_in_place(graph, liveness, part);                    // in-place elementwise updates
+  plan_in_place_scatters(graph, liveness, outputs, part);  // scatters into their own operand
+  schedule(graph, liveness, part);                         // releases, and the shared runs' tables
 }
 
 // Each view node left is a step: collapse chains of them first (compiler/passes/view_chains.h),
@@ -185,6 +186,49 @@ void HostExecutable::plan_in_place(const ir::Graph& graph, const compiler::passe
     // A binding several parameters read qualifies only when all of them name the same cluster.
     int32_t& rc = reader_cluster_[p.binding];
     rc = rc == kUnseen || rc == c ? c : -1;
+  }
+}
+
+// In-place scatters (`cache.index_put_(idx, v)`, `index_copy_`): the output is a scatter's value,
+// or a reshape / transpose chain of it, and the scatter's operand is a parameter (or such a chain
+// of one) that nothing else reads. When the parameter's binding is exactly the output's
+// destination (decided per run, scatter_in_place_ok), the output is written directly (lent
+// through its ViewRoute when it views the scatter) and the scatter kernel updates only the
+// indexed elements of that memory (kernels_data.cpp, scatter_target). Computing aside instead
+// copied the whole tensor twice per call: a vLLM KV cache write of a few rows copied 32 MiB
+// per layer. Nothing else reads the old contents, so writing them early changes no result; a
+// scatter whose index or updates read the operand's chain, or a binding that other parameters
+// read too, is left alone.
+void HostExecutable::plan_in_place_scatters(const ir::Graph& graph, const compiler::passes::Liveness& liveness,
+                                            const std::vector<int32_t>& outputs, const Partition& part) {
+  scatter_binding_.assign(static_cast<size_t>(num_nodes_), -1);
+  const std::vector<std::vector<int32_t>>& readers = liveness.readers;
+  auto is_view = [&](int32_t i) {
+    const ir::OpKind k = graph.node(i).kind;
+    return part.step_of[i] >= 0 && part.cluster_of[i] < 0 && (k == ir::OpKind::kReshape || k == ir::OpKind::kTranspose);
+  };
+  std::vector<int64_t> binding_of(static_cast<size_t>(num_nodes_), -1);  // per parameter node
+  std::vector<int32_t> params_of_binding(reads_binding_.size(), 0);
+  for (const Param& p : params_) {
+    if (p.binding < 0) continue;
+    binding_of[p.node] = p.binding;
+    ++params_of_binding[p.binding];
+  }
+  for (int32_t o : outputs) {
+    int32_t s = o;
+    while (is_view(s)) s = graph.node(s).operands[0];
+    const ir::Node& scatter = graph.node(s);
+    if (scatter.kind != ir::OpKind::kScatter || part.step_of[s] < 0 || part.cluster_of[s] >= 0) continue;
+    const int32_t operand = scatter.operands[0];
+    if (scatter.operands[1] == operand || scatter.operands[2] == operand) continue;
+    int32_t x = operand, reader = s;
+    bool alone = true;  // each link of the chain read by the next one only, and no output
+    for (;; reader = x, x = graph.node(x).operands[0]) {
+      alone = alone && !is_output_[x] && readers[x].size() == 1 && readers[x][0] == reader;
+      if (!alone || !is_view(x)) break;
+    }
+    const int64_t b = binding_of[x];
+    if (alone && b >= 0 && params_of_binding[b] == 1) scatter_binding_[o] = b;
   }
 }
 
