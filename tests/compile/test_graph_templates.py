@@ -162,3 +162,9 @@ def test_check_raises_when_an_instance_differs_from_its_lowering():
 def test_metrics_report_template_counts():
     m = torch_tpu.metrics()["compile"]
     assert {"graph_templates", "graph_instances"} <= set(m)
+
+
+def test_size_functions_sympy_cannot_evaluate_are_left_out():
+    s = sympy.Symbol("s", integer=True, positive=True)
+    assert graph_templates._evaluates(32 * sympy.ceiling(s / 32), s)
+    assert not graph_templates._evaluates(sympy.Function("opaque")(s), s)

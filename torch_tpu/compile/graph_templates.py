@@ -103,10 +103,21 @@ def size_functions(gm: fx.GraphModule) -> list[sympy.Expr]:
                 if not isinstance(e, torch.SymInt):
                     continue
                 expr = e.node.expr
-                (sym,) = expr.free_symbols or (None,)
-                if sym is not None and not (expr.is_polynomial(sym) and sympy.degree(expr, sym) <= 1):
+                if len(expr.free_symbols) != 1:  # a constant, or an unbacked size (then nothing fits)
+                    continue
+                (sym,) = expr.free_symbols
+                if not (expr.is_polynomial(sym) and sympy.degree(expr, sym) <= 1) and _evaluates(expr, sym):
                     out.setdefault(str(expr), expr)
     return list(out.values())
+
+
+def _evaluates(expr: sympy.Expr, sym: sympy.Symbol) -> bool:
+    """Whether expr gives an integer at sizes (a function sympy cannot evaluate is left out:
+    integers depending on it then fit nothing, and the graph is lowered per size)."""
+    try:
+        return all(isinstance(expr.xreplace({sym: n}), sympy.Integer) for n in (2, 33))
+    except (TypeError, ValueError, ArithmeticError):
+        return False
 
 
 _PROBES = (2, 3, 5, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 513, 1000, 4097)
