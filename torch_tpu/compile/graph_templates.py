@@ -35,8 +35,6 @@ import torch.fx as fx
 from ..lowering import shape_templates
 from .lower_graph import LoweredGraph
 
-aten = torch.ops.aten
-
 # Views and shape ops: their lowerings use sizes as shapes only (or, for slices and pads, as
 # offsets and lengths, which are affine in the size).
 _SHAPE_OPS = frozenset({
@@ -44,8 +42,9 @@ _SHAPE_OPS = frozenset({
     "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::split", "aten::split_with_sizes",
     "aten::select", "aten::alias", "aten::detach", "aten::lift_fresh_copy", "aten::arange", "aten::new_zeros",
     "aten::new_ones", "aten::full", "aten::zeros", "aten::ones", "aten::empty", "aten::new_empty",
-    "aten::empty_strided", "aten::constant_pad_nd", "aten::slice_scatter", "aten::select_scatter", "aten::sym_size", "aten::sym_numel",
-    "aten::sym_stride", "aten::_assert_scalar", "aten::_assert_tensor_metadata", "aten::scalar_tensor",
+    "aten::empty_strided", "aten::constant_pad_nd", "aten::slice_scatter", "aten::select_scatter",
+    "aten::sym_size", "aten::sym_numel", "aten::sym_stride", "aten::_assert_scalar", "aten::_assert_tensor_metadata",
+    "aten::scalar_tensor",
 })
 
 
