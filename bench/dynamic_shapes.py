@@ -22,6 +22,8 @@ Dynamo's frame compiles. "After step 2" leaves out the steps where Dynamo traces
 length static, the second dynamic), the part of a longer run that grows with its steps.
 Targets (issue 39): compiled >= 1.0x fused and >= 1.0x inductor, at most 8 programs for lengths
 16..512; fused >= 1.0x cpu.
+With TORCH_TPU_RUNTIME=pjrt (and TORCH_TPU_PJRT_PLUGIN) each tpu row also counts the XLA
+executables compiled (per-op programs compile on first run, so this is what ran).
 """
 
 from __future__ import annotations
@@ -80,12 +82,19 @@ def programs(variant: str) -> int:
     return 0
 
 
+def _xla_compiles() -> int:
+    """XLA executables the PJRT runtime compiled so far (0 on the host runtime)."""
+    info = torch_tpu._C._pjrt_info()
+    return int(info["compiles"]) if info else 0
+
+
 def run(variant: str, data: list[torch.Tensor], width: int, layers: int, max_len: int) -> dict:
     device = "cpu" if variant in ("cpu", "inductor") else "tpu"
     torch._dynamo.reset()
     torch_tpu._C._clear_program_cache()  # per-op programs an earlier variant compiled
     shape_templates.reset()  # and the graphs it learned across sizes
     torch_tpu.reset_metrics()
+    xla_before = _xla_compiles()
     m = model(width, layers, max_len).to(device)
     opt = torch.optim.SGD(m.parameters(), lr=1e-3)
     fwd: Callable = m
@@ -111,7 +120,11 @@ def run(variant: str, data: list[torch.Tensor], width: int, layers: int, max_len
     return {"mean": sum(times) / len(times), "steady": statistics.median(times[5:] or times),
             "after2": sum(times[2:]) / max(1, len(times) - 2),
             "first": times[0], "programs": programs(variant), "losses": losses, "compile_s": compile_s,
-            "reused": reused}
+            "reused": reused, "xla": _xla_compiles() - xla_before}
+
+
+def _runtime() -> str:
+    return torch_tpu._C._runtime_name()
 
 
 def main() -> None:
@@ -136,7 +149,8 @@ def main() -> None:
         r = res[v] = run(v, data, a.width, a.layers, a.max_len)
         print(f"{v:9s} {1e3 * r['mean']:8.1f} ms/step (all steps)  {1e3 * r['after2']:8.1f} ms after step 2  "
               f"{1e3 * r['steady']:8.1f} ms steady  first {r['first']:6.2f} s  programs {r['programs']}  "
-              f"(tpu compile {r['compile_s']:.1f} s, {r['reused']} without lowering)", flush=True)
+              f"(tpu compile {r['compile_s']:.1f} s, {r['reused']} without lowering"
+              + (f", {r['xla']} XLA executables" if _runtime() == "pjrt" else "") + ")", flush=True)
     if "cpu" in res:
         ref = torch.tensor(res["cpu"]["losses"])
         for v, r in res.items():

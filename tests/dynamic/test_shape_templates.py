@@ -74,15 +74,47 @@ def test_values_equal_cpu_and_graphs_equal_their_lowering_at_every_size(name: st
     assert shape_templates.stats()["reused"] > 0, f"{name}: no per-op graph was reused across sizes"
 
 
-def test_a_size_computed_from_sizes_is_not_a_slot() -> None:
+def test_an_affine_function_of_one_size_is_a_slot() -> None:
     # The embedding gradient of [2, n] indices flattens them to 2n rows: no argument has that
-    # size, so the signature is rejected and every size is lowered (values still equal CPU).
+    # size, but it is 2 * n + 0 at every size, so the graph is learned and reused (and, with
+    # verification on, compared with its lowering at every size).
     op = torch.ops.aten.embedding_dense_backward
     for n in SIZES:
         grad, idx = _rand(2, n + 200, 8), torch.randint(0, 13, (2, n + 200))  # sizes of its own
         got = op(grad.to("tpu"), idx.to("tpu"), 13, -1, False).cpu()
         torch.testing.assert_close(got, op(grad, idx, 13, -1, False), rtol=1e-4, atol=1e-4)
+    assert shape_templates.stats()["learned"] >= 1
+    assert shape_templates.stats()["reused"] >= len(SIZES) - 3
+
+
+def test_a_size_computed_from_two_varying_sizes_is_not_a_slot() -> None:
+    # [m, n] indices flatten to m * n rows with both m and n changing: no affine function of one
+    # size gives it, so the signature is rejected and every size is lowered (values equal CPU).
+    op = torch.ops.aten.embedding_dense_backward
+    for m, n in [(3, 211), (5, 213), (7, 217), (11, 219)]:
+        grad, idx = _rand(m, n, 8), torch.randint(0, 13, (m, n))
+        got = op(grad.to("tpu"), idx.to("tpu"), 13, -1, False).cpu()
+        torch.testing.assert_close(got, op(grad, idx, 13, -1, False), rtol=1e-4, atol=1e-4)
     assert shape_templates.stats()["rejected"] >= 1
+    assert shape_templates.stats()["reused"] == 0
+
+
+def test_layers_of_different_widths_share_a_signature_and_learn_the_token_count() -> None:
+    # A model's linear layers are one signature (addmm of [tokens, k] by [k, out]); calls
+    # alternate between layers, and the token count changes per batch. The learned graph must
+    # not pin the token count of the batch it was learned in: after two batches, every layer
+    # at a new token count is reused.
+    torch.manual_seed(0)
+    widths = [(16, 48), (16, 64), (64, 16)]
+    layers = [(_rand(o, k), _rand(o)) for k, o in widths]
+    for step, tokens in enumerate([223, 241, 257, 263, 269]):
+        before = shape_templates.stats()["reused"]
+        for (k, _), (w, b) in zip(widths, layers):
+            x = _rand(tokens, k)
+            got = F.linear(x.to("tpu"), w.to("tpu"), b.to("tpu")).cpu()
+            torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-4, atol=1e-4)
+        if step >= 2:
+            assert shape_templates.stats()["reused"] - before == len(widths), f"batch {step}"
 
 
 def test_sizes_that_did_not_vary_while_learning_are_pinned() -> None:

@@ -10,18 +10,25 @@ per call signature and then writes the new sizes into the graph it learned inste
   than 0 and 1 replaced by a size class: sizes equal to each other share a class, so the
   broadcast pattern, the equalities between dimensions and every non-size argument are part
   of the signature; 0 and 1 stay literal (lowerings special-case them).
-- Learning: the first two lowerings of a signature at different sizes are compared. Every
-  integer in node shapes and integer attributes must either be equal in both (a constant) or
-  equal to the same varying size class in both (a slot); floats, op kinds, operands, dtypes,
-  the output plan and RNG counters must be equal. Anything else (a size computed from sizes,
-  a different graph) marks the signature as not reusable.
+- Learning: two lowerings of a signature at different sizes are compared. Every integer in
+  node shapes and integer attributes must either be equal in both (a constant), equal to the
+  same varying size class in both (a slot), or an affine function ``a*size + b`` of one varying
+  class with integral a and b (an embedding backward's ``2*n`` rows of a ``[2, n]`` index);
+  floats, op kinds, operands, dtypes, the output plan and RNG counters must be equal. Anything
+  else (a size computed from two varying sizes, a different graph) marks the signature as not
+  reusable.
 - Confirmation: the third lowering at new sizes is compared with the graph instantiated from
   the learned one; only an exact match enables reuse, so a lowering that branches on a size
   threshold must branch the same way three times to be trusted, and an op list bounds where
   that is tried at all (pointwise ops and the listed structured ones, whose lowerings only
   check sizes against 0, 1 and each other).
 - Reuse: classes that did not vary while learning are pinned to their values; the varying
-  ones fill the slots. A call whose pinned classes differ is lowered as usual.
+  ones fill the slots. A call whose pinned classes differ is lowered as usual, and it may start
+  another template of the same signature: one signature covers calls whose sizes differ in
+  value but not in pattern, e.g. every linear layer of a model (``addmm`` of ``[n, 128]`` by
+  ``[128, 384]`` and by ``[128, 512]``), and a template learned from two calls of different
+  layers pins the token count, which changes with the next batch. Up to
+  ``_MAX_LEARNERS`` pairings are followed per signature until one confirms.
 TORCH_TPU_SHAPE_TEMPLATES=0 turns it off; stats() counts reuses. Under TORCH_TPU_VERIFY=1 and in
 debug mode every reuse is checked against a fresh lowering and a difference raises.
 """
@@ -52,27 +59,35 @@ _STRUCTURED = frozenset({
 
 _COMPLEX_CODES = frozenset({8, 9, 10})  # complex32/64/128 in bridge._SCALAR_TYPES order
 _MAX_SIGNATURES = 4096  # learning state is dropped past this many signatures (a bound, not a cache)
+_MAX_LEARNERS = 4  # lowerings, candidates and templates kept per signature
 
 
 class _State:
-    """What is known of one signature: observations while learning, then the template."""
+    """What is known of one signature: confirmed templates, recent lowerings and the candidates
+    learned from pairs of them."""
 
-    __slots__ = ("first", "candidate", "template", "dead")
+    __slots__ = ("templates", "seen", "candidates", "dead")
 
     def __init__(self) -> None:
-        self.first: tuple[list[int], tuple] | None = None  # (sizes, lowering result)
-        self.candidate: _Template | None = None  # learned from two lowerings, not yet confirmed
-        self.template: _Template | None = None  # confirmed: used for every later miss
+        self.templates: list[_Template] = []  # confirmed, fewest pinned classes first
+        self.seen: list[tuple[list[int], tuple]] = []  # recent (sizes, lowering result)
+        self.candidates: list[tuple[list[int], _Template]] = []  # (first sizes, learned from two)
         self.dead = False  # the graph depends on sizes beyond slots: always lower
 
 
 class _Template:
     __slots__ = ("result", "patches", "pinned")
 
-    def __init__(self, result: tuple, patches: list[tuple[int, int, int, int]], pinned: list[tuple[int, int]]):
+    def __init__(self, result: tuple, patches: list[tuple[int, int, int, int, int, int]],
+                 pinned: list[tuple[int, int]]):
         self.result = result  # a lowering result at some sizes
-        self.patches = patches  # (node, field 3 = shape / 4 = iattrs, position, size class)
+        # (node, field 3 = shape / 4 = iattrs, position, size class, a, b): the integer there is
+        # a * size + b
+        self.patches = patches
         self.pinned = pinned  # (size class, value) that must hold
+
+    def fits(self, sizes: list[int]) -> bool:
+        return all(sizes[c] == v for c, v in self.pinned)
 
 
 _states: dict[tuple, _State] = {}
@@ -197,16 +212,15 @@ def signature(qualname: str, overload: str, descs: list) -> tuple[tuple, list[in
 
 
 def lookup(sig: tuple, sizes: list[int]) -> tuple | None:
-    """The lowering result for these sizes from the signature's confirmed template, if any."""
+    """The lowering result for these sizes from one of the signature's confirmed templates."""
     state = _states.get(sig)
-    if state is None or state.template is None:
+    if state is None:
         return None
-    t = state.template
-    for c, v in t.pinned:
-        if sizes[c] != v:
-            return None
-    _stats["reused"] += 1
-    return _instantiate(t, sizes)
+    for t in state.templates:
+        if t.fits(sizes):
+            _stats["reused"] += 1
+            return _instantiate(t, sizes)
+    return None
 
 
 def observe(sig: tuple, sizes: list[int], result: tuple) -> None:
@@ -218,31 +232,38 @@ def observe(sig: tuple, sizes: list[int], result: tuple) -> None:
         if len(_states) >= _MAX_SIGNATURES:
             _states.clear()
         state = _states[sig] = _State()
-    if state.dead or state.template is not None:
+    if state.dead or any(t.fits(sizes) for t in state.templates):
         return
-    if state.first is None:
-        state.first = (list(sizes), result)
-        return
-    if state.candidate is None:
-        first_sizes, first_result = state.first
-        if first_sizes == sizes:
-            return  # the same sizes again (an evicted program): nothing to learn
-        state.candidate = _learn(first_sizes, first_result, sizes, result)
-        if state.candidate is None:
-            _reject(state)
-        return
-    cand = state.candidate
-    if any(sizes[c] != v for c, v in cand.pinned) or sizes == state.first[0]:
-        return  # not a confirming observation: keep waiting
-    if _instantiate(cand, sizes) == result:
-        state.template, state.candidate, state.first = cand, None, None
-        _stats["learned"] += 1
+    # A candidate whose pins hold is confirmed or refuted by this lowering.
+    for k, (first, cand) in enumerate(state.candidates):
+        if cand.fits(sizes) and sizes != first:
+            if _instantiate(cand, sizes) != result:
+                _reject(state)
+                return
+            del state.candidates[k]
+            state.templates.append(cand)
+            state.templates.sort(key=lambda t: len(t.pinned))
+            del state.templates[_MAX_LEARNERS:]
+            _stats["learned"] += 1
+            break
     else:
-        _reject(state)
+        # Paired with the recent lowering it differs from in the most classes: the fewer
+        # classes the candidate pins, the more later calls it serves.
+        other = max(state.seen, key=lambda o: sum(x != y for x, y in zip(o[0], sizes)), default=None)
+        if other is not None and other[0] != sizes:
+            cand = _learn(*other, sizes, result)
+            if cand is None:
+                _reject(state)
+                return
+            state.candidates.append((other[0], cand))
+            del state.candidates[:-_MAX_LEARNERS]
+    if all(o[0] != sizes for o in state.seen):
+        state.seen.append((list(sizes), result))
+        del state.seen[:-_MAX_LEARNERS]
 
 
 def _reject(state: _State) -> None:
-    state.dead, state.candidate, state.first = True, None, None
+    state.dead, state.seen, state.candidates = True, [], []
     _stats["rejected"] += 1
 
 
@@ -257,8 +278,8 @@ def _learn(a: list[int], ra: tuple, b: list[int], rb: tuple) -> _Template | None
     varying = {}  # (value at a, value at b) -> class
     for c, (va, vb) in enumerate(zip(a, b)):
         if va != vb:
-            varying[(va, vb)] = c
-    patches: list[tuple[int, int, int, int]] = []
+            varying.setdefault((va, vb), c)
+    patches: list[tuple[int, int, int, int, int, int]] = []
     for i, (na, nb) in enumerate(zip(nodes_a, nodes_b)):
         if na == nb:
             continue
@@ -273,11 +294,22 @@ def _learn(a: list[int], ra: tuple, b: list[int], rb: tuple) -> _Template | None
                 if va == vb:
                     continue
                 c = varying.get((va, vb))
-                if c is None:
-                    return None  # a size computed from sizes (n - 1, n * d): not a slot
-                patches.append((i, field, pos, c))
+                fit = (c, 1, 0) if c is not None else _affine(va, vb, varying)
+                if fit is None:
+                    return None  # not a function of one size (n * d of two varying sizes)
+                patches.append((i, field, pos, *fit))
     pinned = [(c, v) for c, (v, w) in enumerate(zip(a, b)) if v == w]
     return _Template(ra, patches, pinned)
+
+
+def _affine(va: int, vb: int, varying: dict[tuple[int, int], int]) -> tuple[int, int, int] | None:
+    """(class, a, b) with ``a*size + b`` giving va and vb at the two lowerings' sizes of the
+    class, a and b integral; the first varying class that fits (the third lowering confirms)."""
+    for (sa, sb), c in varying.items():
+        a, r = divmod(vb - va, sb - sa)
+        if r == 0 and a != 0:
+            return c, a, va - a * sa
+    return None
 
 
 def _instantiate(t: _Template, sizes: list[int]) -> tuple:
@@ -286,11 +318,11 @@ def _instantiate(t: _Template, sizes: list[int]) -> tuple:
         return t.result
     nodes = list(nodes)
     edits: dict[int, list] = {}
-    for i, field, pos, c in t.patches:
+    for i, field, pos, c, a, b in t.patches:
         node = edits.get(i)
         if node is None:
             node = edits[i] = [list(x) if k in (3, 4) else x for k, x in enumerate(nodes[i])]
-        node[field][pos] = sizes[c]
+        node[field][pos] = a * sizes[c] + b
     for i, node in edits.items():
         node[3], node[4] = tuple(node[3]), tuple(node[4])
         nodes[i] = tuple(node)
