@@ -119,6 +119,13 @@ const std::vector<EnvVar>& registry() {
        "torch_tpu.metrics()['compile']['graph_instances']). Otherwise calls with further shapes "
        "run the graph's ops eagerly, in fused mode (debug mode: one at a time). "
        "Python: torch_tpu.compile.set_max_shapes()."},
+      {"TORCH_TPU_COMPILE_BUCKETS", "auto",
+       "torch.compile with dynamic shapes: run a graph learned across sizes (see "
+       "TORCH_TPU_COMPILE_MAX_SHAPES) as one padded program per bucket of sizes, the padding masked "
+       "out of every reduction, contraction and scatter so results equal the unpadded run. `auto`: "
+       "on PJRT (where each size is an XLA compile), powers of two from 16; `off`: exact sizes; "
+       "`pow2`: powers of two on every runtime; or comma-separated sizes. A graph that cannot run "
+       "padded warns once with the op and keeps exact sizes. Python: torch_tpu.compile.set_buckets()."},
       {"TORCH_TPU_LOG", "",
        "Comma-separated diagnostics printed to stderr as they happen: `recompiles` prints every "
        "recompilation (a per-op program compiled again for new input sizes, dtypes or strides, "

@@ -25,7 +25,7 @@ from ..lowering import shape_templates
 from ..lowering.registry import is_user_lowering
 from .decompositions import decompositions
 from .flex_attention import inline_flex_attention
-from . import graph_templates
+from . import graph_templates, padded_buckets
 from .lower_graph import (LoweredGraph, Symbolic, Unsupported, effect_checks, graph_constants, input_kind,
                           lower_graph)
 from .stats import counters, record_fallback, record_recompile
@@ -288,6 +288,7 @@ class _Specializing:
         self.size_at = graph_templates.size_symbol(gm) if graph_templates.eligible(gm) else None
         self.template = graph_templates.GraphTemplate(graph_templates.size_functions(gm)) \
             if self.size_at is not None else None
+        self.buckets: dict[int, tuple | padded_buckets.Rejected] = {}  # bucket -> (padded graph, program)
 
     def _size(self, args: list) -> int | None:
         if self.size_at is None or not shape_templates.enabled():
@@ -307,16 +308,24 @@ class _Specializing:
         return run(args)
 
     def _specialize(self, sig: tuple, args: list) -> Callable[[list], list] | None:
-        """A run for sig's program (instantiated, loaded or lowered); None past the limit."""
+        """A run for sig's program (bucketed, instantiated, loaded or lowered); None past the limit."""
         s = self._size(args)
         template = self.template if s is not None else None
+        if template is not None and padded_buckets.buckets() is not None:
+            run = self._bucketed(template, s)
+            if run is not None:
+                self.programs[sig] = run
+                return run
         instance = template.instance(s) if template is not None else None
         # On PJRT every size is an XLA compile, learned or not: the limit counts them all.
         if self.lowered >= max_shapes() and (instance is None or _C._runtime_name() != "host"):
             return None
 
+        lowered: list[LoweredGraph] = []
+
         def lower() -> LoweredGraph:
             lg = lower_graph(self.gm, args)
+            lowered.append(lg)
             if instance is not None:  # verifying: the program runs the instance that was checked
                 graph_templates.check(instance, lg, s)
                 return instance
@@ -327,6 +336,10 @@ class _Specializing:
         verify = instance is not None and shape_templates.verifying()
         try:
             prog = _program(self.gm, args, lower=lower if instance is None or verify else lambda: instance)
+            if template is not None and instance is None and not lowered and template.learning(s):
+                # Served by the memory or disk cache: the template still learns from this size
+                # (else a warm cache would keep a learned graph from ever running padded).
+                lower()
         except Unsupported as e:
             record_fallback(e.op, str(e))
             self.eager = _eager(self.gm)
@@ -345,6 +358,47 @@ class _Specializing:
         if len(self.programs) >= self._MAX_INSTANCES:
             del self.programs[next(iter(self.programs))]
         run = self.programs[sig] = _runner(self.gm, prog)
+        return run
+
+    def _bucketed(self, template: graph_templates.GraphTemplate, s: int) -> Callable[[list], list] | None:
+        """A run of the padded program of s's bucket, once the graph is learned at sizes where
+        s and its functions differ; None while it is not, past the last bucket, or when the
+        graph cannot run padded (warned once, with the op)."""
+        learned = template.generic()
+        b = padded_buckets.bucket_for(s, padded_buckets.buckets() or [])
+        if learned is None or b is None or effect_checks(self.gm):
+            return None
+        entry = self.buckets.get(b)
+        if entry is None:
+            try:
+                pg = padded_buckets.pad_graph(learned.graph, learned.trie, template.bases.at(b),
+                                              len(template.bases.at(b)), b)
+            except padded_buckets.Rejected as e:
+                entry = self.buckets[b] = e
+                counters().bucket_rejections += 1
+                if len(self.buckets) == 1:
+                    warnings.warn(f"torch_tpu.compile: {_source_line(self.gm) or 'a graph'} cannot run padded to "
+                                  f"buckets ({e}); it keeps one program per size", stacklevel=2)
+            else:
+                lg = pg.graph
+                prog = _C._CompiledGraph(lg.nodes, lg.outputs, lg.returns, lg.rng_counters, lg.num_inputs, [],
+                                         lg.host_outputs)
+                counters().graph_buckets += 1
+                entry = self.buckets[b] = (pg, prog)
+        if isinstance(entry, padded_buckets.Rejected):
+            return None
+        pg, prog = entry
+        constants = [x for _, x in graph_constants(self.gm)]
+        bases = template.bases
+
+        def run(args: list) -> list:
+            size = self._size(args)
+            outs = padded_buckets.run_padded(pg, prog.run, args, constants, bases.at(size))
+            if shape_templates.verifying():  # the exact program for this size must agree
+                exact = _runner(self.gm, _program(self.gm, args, lower=lambda: lower_graph(self.gm, args)))
+                padded_buckets.check(outs, exact(list(args)), size, b)
+            return outs
+
         return run
 
     def _beyond_limit(self, args: list) -> list:

@@ -273,6 +273,17 @@ class GraphTemplate:
             return None
         return LoweredGraph(*_apply(c.template.graph, c.template.trie, self.bases.at(s)))
 
+    def learning(self, s: int) -> bool:
+        """Whether a lowering at size s would still teach the template something."""
+        c = self.classes.get(self.bases.pattern(s))
+        return c is None or (not c.dead and c.template is None and all(s != t for t, _ in c.obs))
+
+    def generic(self) -> _Template | None:
+        """The template of the class with the fewest coincidences among s and its functions
+        (sizes where they differ most), if learned: what padded buckets are built from."""
+        learned = [(len(set(p)), c.template) for p, c in self.classes.items() if c.template is not None]
+        return max(learned, key=lambda x: x[0])[1] if learned else None
+
     def observe(self, s: int, lg: LoweredGraph) -> bool:
         """Learn from a lowering at size s; True when this observation completed a template.
 

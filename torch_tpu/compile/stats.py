@@ -19,6 +19,8 @@ class CompileStats:
     specializations: int = 0    # programs compiled for graphs with symbolic shapes, per concrete signature
     graph_templates: int = 0    # dynamic-shape graphs whose lowering was learned across sizes (graph_templates.py)
     graph_instances: int = 0    # specializations written from a learned graph instead of lowered
+    graph_buckets: int = 0      # padded programs built for a bucket of sizes (padded_buckets.py)
+    bucket_rejections: int = 0  # buckets a graph could not run padded at (it keeps exact sizes)
     shape_limit_hits: int = 0   # calls of a dynamic graph beyond TORCH_TPU_COMPILE_MAX_SHAPES (run eagerly)
     recompiles: int = 0         # Dynamo re-captures of an already compiled frame (a guard failed)
     recompile_reasons: dict[str, int] = field(default_factory=dict)  # first failed guard -> count

@@ -335,6 +335,15 @@ class GraphBuilder:
                 return self.constant(value, dtype)
         return self._emit("convert", (x,), dtype, x.shape, (), (), self._ref(lambda: x.data.to(dtype)))
 
+    def size_count(self, n: int, dtype: torch.dtype) -> Value:
+        """The number n, derived from tensor sizes (a mean's element count), as a 0-d `dtype`
+        value: an int64 constant converted, never folded, so that lowering reuse across sizes
+        and padded buckets see the size in it (a float constant would hide it)."""
+        c = self.constant(n, torch.int64)
+        if dtype == torch.int64:
+            return c
+        return self._emit("convert", (c,), dtype, (), (), (), self._ref(lambda: c.data.to(dtype)))
+
     # -- data movement ---------------------------------------------------------------------
     def broadcast_in_dim(self, x: Value, shape: Sequence[int], dims: Sequence[int]) -> Value:
         """out[i] = x[j] where j_k = i_{dims[k]} (or 0 where x's dim k has size 1)."""

@@ -51,6 +51,12 @@ def _full_like(b: GraphBuilder, value: float | int | bool, like: Value, dtype: t
     return b.full(value, dtype or like.dtype, like.shape)
 
 
+def _count(b: GraphBuilder, n: int, like: Value) -> Value:
+    """The element count n of a reduction as a value shaped like `like` (GraphBuilder.size_count)."""
+    c = b.size_count(n, like.dtype)
+    return b.broadcast_in_dim(c, like.shape, ()) if like.shape else c
+
+
 def _bcast_back(b: GraphBuilder, r: Value, shape: Sequence[int], dims: Sequence[int]) -> Value:
     """Broadcast a reduction result (dims removed) back to the input shape."""
     kept = [d for d in range(len(shape)) if d not in dims]
@@ -112,8 +118,7 @@ def _mean(b: GraphBuilder, x: Value, dims: list[int], keepdim: bool, dtype: torc
                            f"complex dtype. Got: {str(out).removeprefix('torch.').capitalize()}")
     comp = opmath(out)
     s = b.reduce(b.convert(x, comp), "sum", dims)
-    n = numel([x.shape[d] for d in dims])
-    r = b.div(s, _full_like(b, float(n), s))  # n == 0 gives 0/0 = nan, like CPU
+    r = b.div(s, _count(b, numel([x.shape[d] for d in dims]), s))  # n == 0 gives 0/0 = nan, like CPU
     return _finish(b, b.convert(r, out), x.shape, dims, keepdim)
 
 
@@ -272,15 +277,15 @@ def _var_mean(b: GraphBuilder, x: Value, dim, correction: Value | float, keepdim
     dims = _dims(dim, x.rank)
     comp = opmath(x.dtype)
     xc = b.convert(x, comp)
-    n = float(numel([x.shape[d] for d in dims]))
+    n = numel([x.shape[d] for d in dims])
     s = b.reduce(xc, "sum", dims)
-    mean = b.div(s, _full_like(b, n, s))
+    mean = b.div(s, _count(b, n, s))
     dev = b.sub(xc, _bcast_back(b, mean, x.shape, dims))
     m2 = b.reduce(b.mul(dev, dev), "sum", dims)
     # divisor = max(N - correction, 0): correction is a runtime scalar, so compute it in-graph.
     c = correction if isinstance(correction, Value) else b.constant(float(correction), comp)
     c = b.convert(c, comp)
-    den = b.max(b.sub(b.constant(n, comp), c), b.constant(0.0, comp))
+    den = b.max(b.sub(_count(b, n, c), c), b.constant(0.0, comp))
     var = b.div(m2, b.broadcast_in_dim(den, m2.shape, ()))
     if sqrt:
         var = b.sqrt(var)

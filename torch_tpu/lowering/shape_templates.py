@@ -46,7 +46,7 @@ from .. import _C, config
 # Pointwise ops (torch.Tag.pointwise) are always eligible.
 _STRUCTURED = frozenset({
     "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm",
-    "aten::sum", "aten::amax", "aten::amin",
+    "aten::sum", "aten::amax", "aten::amin", "aten::mean", "aten::var", "aten::std", "aten::argmax", "aten::argmin",
     "aten::_softmax", "aten::_log_softmax", "aten::_softmax_backward_data", "aten::_log_softmax_backward_data",
     "aten::native_layer_norm", "aten::native_layer_norm_backward",
     "aten::nll_loss_forward", "aten::nll_loss_backward",

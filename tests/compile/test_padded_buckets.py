@@ -1,0 +1,155 @@
+"""Padded buckets (torch_tpu/compile/padded_buckets.py): a dynamic-shape graph learned across
+sizes runs as one padded program per bucket, and its results equal the unpadded run.
+
+Each case compiles a function whose length changes, learns it at three exact lengths, then runs
+lengths spread over several buckets (multiples of 32 among them) with buckets on. With
+verification on (TORCH_TPU_VERIFY's switch) every padded run is also compared with the exact
+program for its length; the results are compared with CPU either way.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+
+from torch_tpu.compile import padded_buckets
+from torch_tpu.compile.stats import reset_stats, stats
+from torch_tpu.lowering import shape_templates
+
+LEARN = [37, 45, 51]  # exact lowerings the graph is learned from (between 32 and 64)
+RUN = [20, 33, 47, 64, 100, 101, 128, 3, 70]  # then padded to 16, 32, 64 and 128
+BUCKETS = [16, 32, 64, 128]
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    reset_stats()
+    shape_templates.set_verify(True)
+    yield
+    shape_templates.set_verify(False)
+    padded_buckets.set_buckets("auto")
+    torch._dynamo.reset()
+
+
+def _attention(q: torch.Tensor, causal: bool) -> torch.Tensor:
+    k = q * 0.5 + 1
+    return F.scaled_dot_product_attention(q, k, q, is_causal=causal)
+
+
+# name -> (inputs at length n, function); the length is dim 1 of the first input.
+CASES: dict[str, tuple[Callable[[int], list[torch.Tensor]], Callable]] = {
+    "sum_mean_amax_argmax": (lambda n: [torch.randn(2, n, 5)],
+                             lambda x: (x.sum(1), x.mean(1), x.amax(1), x.argmax(1), x.var(1))),
+    "softmax_log_softmax": (lambda n: [torch.randn(2, n, 3)],
+                            lambda x: (torch.softmax(x, 1), torch.log_softmax(x.transpose(1, 2), -1))),
+    "layer_norm_then_token_mean": (lambda n: [torch.randn(2, n, 8), torch.randn(8)],
+                                   lambda x, w: F.layer_norm(x, (8,), w).mean((0, 1))),
+    "cross_entropy_flattened": (lambda n: [torch.randn(2, n, 7), torch.randint(-1, 7, (2, n))],
+                                lambda x, t: F.cross_entropy(x.reshape(-1, 7), t.reshape(-1), ignore_index=-1)),
+    "shifted_causal_loss": (lambda n: [torch.randn(2, n, 7), torch.randint(0, 7, (2, n))],
+                            lambda x, t: F.cross_entropy(x[:, :-1].reshape(-1, 7),
+                                                         F.pad(t, (0, 1), value=-100)[:, 2:].reshape(-1))),
+    "attention_causal": (lambda n: [torch.randn(2, n, 2, 8)], lambda q: _attention(q.transpose(1, 2), True).sum(2)),
+    "attention_full": (lambda n: [torch.randn(2, n, 2, 8)], lambda q: _attention(q.transpose(1, 2), False)),
+    "contraction_over_tokens": (lambda n: [torch.randn(2, n, 4), torch.randn(2, n, 3)],
+                                lambda a, b: torch.einsum("bnk,bnj->kj", a, b)),
+}
+
+
+def _run(name: str, n: int, g: Callable) -> None:
+    make, fn = CASES[name]
+    torch.manual_seed(n)
+    inputs = make(n)
+    want = fn(*inputs)
+    got = g(*[x.to("tpu") for x in inputs])
+    want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+    for w, o in zip(want, got, strict=True):
+        # Padded sums add in other blocks than CPU's: float32 rounding, not a tolerance for errors.
+        torch.testing.assert_close(o.cpu(), w, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}, n={n}: {m}")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_padded_results_equal_cpu_and_the_exact_program(name: str) -> None:
+    g = torch.compile(CASES[name][1], backend="tpu")
+    padded_buckets.set_buckets(None)
+    for n in LEARN:
+        _run(name, n, g)
+    padded_buckets.set_buckets(BUCKETS)
+    for n in RUN:
+        _run(name, n, g)
+    assert 1 <= stats()["graph_buckets"] <= len(BUCKETS), stats()
+    assert stats()["bucket_rejections"] == 0
+
+
+def test_a_length_past_the_last_bucket_runs_its_exact_program() -> None:
+    g = torch.compile(CASES["sum_mean_amax_argmax"][1], backend="tpu")
+    padded_buckets.set_buckets(None)
+    for n in LEARN + [55]:  # the first call compiles a static graph: three dynamic ones learn
+        _run("sum_mean_amax_argmax", n, g)
+    padded_buckets.set_buckets([64])
+    _run("sum_mean_amax_argmax", 60, g)
+    _run("sum_mean_amax_argmax", 61, g)  # the same bucket program
+    compiled = stats()["graphs_compiled"]
+    _run("sum_mean_amax_argmax", 90, g)  # past 64: exact
+    assert stats()["graph_buckets"] == 1
+    assert stats()["graphs_compiled"] == compiled + 1
+
+
+def test_a_graph_that_cannot_run_padded_warns_and_keeps_exact_programs() -> None:
+    # The last position's values: a slice whose start depends on the length.
+    def last(x: torch.Tensor) -> torch.Tensor:
+        return x[:, -1] * 2
+
+    g = torch.compile(last, backend="tpu")
+    padded_buckets.set_buckets(None)
+    for n in LEARN:
+        torch.testing.assert_close(g(torch.arange(2.0 * n).reshape(2, n).to("tpu")).cpu(),
+                                   last(torch.arange(2.0 * n).reshape(2, n)))
+    padded_buckets.set_buckets(BUCKETS)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for n in (20, 47, 100):
+            x = torch.arange(2.0 * n).reshape(2, n)
+            torch.testing.assert_close(g(x.to("tpu")).cpu(), last(x))
+    assert any("cannot run padded" in str(w.message) and "slice" in str(w.message) for w in seen)
+    assert stats()["graph_buckets"] == 0 and stats()["bucket_rejections"] >= 1
+
+
+def test_gpt2_training_at_bucketed_lengths_matches_cpu() -> None:
+    pytest.importorskip("transformers", reason="the GPT-2 model comes from transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=96, n_positions=256, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg.loss_type = "ForCausalLM"
+    torch.manual_seed(0)
+    ref = GPT2LMHeadModel(cfg)
+    model = GPT2LMHeadModel(cfg)
+    model.load_state_dict(ref.state_dict())
+    model.to("tpu")
+    f = torch.compile(model, backend="tpu")
+    padded_buckets.set_buckets(None)
+    lengths = [37, 45, 51, 59, 70, 20, 96, 64, 33, 130, 5]
+    for i, n in enumerate(lengths):
+        if i == 5:
+            padded_buckets.set_buckets(BUCKETS + [256])
+        x = torch.randint(0, 96, (2, n), generator=torch.Generator().manual_seed(n))
+        want = ref(input_ids=x, labels=x).loss
+        want.backward()
+        got = f(input_ids=x.to("tpu"), labels=x.to("tpu")).loss
+        got.backward()
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+        grads = dict(ref.named_parameters())
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(p.grad.cpu(), grads[name].grad, rtol=1e-4, atol=1e-5, msg=name)
+        ref.zero_grad()
+        model.zero_grad()
+    # 4 graphs (model and loss, forward and backward), each at most once per bucket used.
+    assert 4 <= stats()["graph_buckets"] <= 4 * 5, stats()
+    assert stats()["bucket_rejections"] == 0, stats()

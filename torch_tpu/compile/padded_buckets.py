@@ -1,0 +1,572 @@
+"""Padded buckets: one program per bucket of sizes for a learned dynamic-shape graph.
+
+A graph learned across sizes (graph_templates) knows, for every integer of its lowered IR, how
+it depends on the size s. This module builds the graph at a bucket size B >= s whose results,
+for every s in the bucket, equal the graph's at s in their first fit(s) elements (design and
+census: docs/notes/padded-buckets.md):
+
+- every dimension whose size depends on s holds fit(B) elements, of which the first fit(s) are
+  valid; a reshape that merges such a dimension with others keeps the factors, so an element
+  is valid when each factor's digit of its index is below that factor's valid length;
+- the valid lengths are computed in the program from the bases at s (s and the traced
+  functions of it), passed as extra int64 scalar inputs: one executable serves every s of the
+  bucket;
+- whatever mixes elements along a padded dimension sees the padding masked: reductions read
+  their identity there, contractions read 0 (a select, so garbage or NaN in the padding cannot
+  leak in), scatter-adds add 0 at index 0, dynamic_update_slice writes back what was there;
+- ops whose results would depend on the padding another way (a slice starting at an offset that
+  depends on s, sorts, windows, random numbers, position values along a merged dimension, ...)
+  reject the bucket with the reason, and the graph keeps exact programs per size.
+
+Inputs are copied into zeroed buffers of the bucket's shape (pad_inputs); outputs are returned
+as views of their first fit(s) elements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..ir.builder import OP_ID, OPS, REDUCE_KINDS, SCALAR_TYPE_CODE, SCATTER_MODES, _identity
+from .graph_templates import _apply
+from .lower_graph import LoweredGraph
+
+_Fit = tuple  # ((basis index, a), ...), c): sum(a * basis(s)) + c
+_Factor = tuple  # (elements at B, valid length fit or None when all are valid)
+
+_ELEMENTWISE = frozenset(OPS[OP_ID["neg"]:OP_ID["convert"] + 1])
+_INT64 = SCALAR_TYPE_CODE[torch.int64]
+_BOOL = SCALAR_TYPE_CODE[torch.bool]
+_DTYPE = {v: k for k, v in SCALAR_TYPE_CODE.items()}
+
+
+class Rejected(Exception):
+    """The graph cannot run padded; the message says which op and why."""
+
+
+@dataclass
+class PaddedGraph:
+    graph: LoweredGraph  # at the bucket size, with the bases as extra trailing int64 inputs
+    bucket: int
+    num_bases: int
+    # input index -> per dim the factors (elements at B, valid length fit or None): inputs to
+    # copy into zeroed buffers of their parameter's shape at the bucket size
+    padded_inputs: dict[int, list[tuple]]
+    input_shapes: dict[int, tuple[int, ...]]
+    # return index -> [(dim, valid length fit)]: results narrowed to their valid elements
+    narrow: dict[int, list[tuple[int, _Fit]]]
+    # return index -> per dim its factors: results with a merged padded dim, copied out
+    merged: dict[int, list[tuple]]
+    consts: dict[int, _Fit]  # return index -> the size it is (an int the graph returns)
+    passed: dict[int, int]  # return index -> the padded input it returns
+
+
+def _value(fit: _Fit, at: tuple[int, ...]) -> int:
+    terms, c = fit
+    return sum(a * at[k] for k, a in terms) + c
+
+
+def _plain(dim: tuple) -> bool:
+    return all(f[1] is None for f in dim)
+
+
+def _uniform(dim: tuple) -> bool:
+    """A padded dim that a broadcast made: its elements do not differ by position, so it takes
+    the layout of whatever it meets (a merged [b * s] dim, say)."""
+    return len(dim) == 1 and len(dim[0]) == 3
+
+
+class _Emitter:
+    """Rebuilds the node list with masks; new nodes are raw wire tuples."""
+
+    def __init__(self, num_inputs: int, num_bases: int) -> None:
+        self.nodes: list[tuple] = []
+        self.bases = [self.add("parameter", (), _INT64, (), (num_inputs + k,)) for k in range(num_bases)]
+        self.fit_cache: dict[_Fit, int] = {}
+
+    def add(self, op: str, operands: tuple, dtype: int, shape: tuple, iattrs: tuple = (), fattrs: tuple = ()) -> int:
+        self.nodes.append((OP_ID[op], tuple(operands), dtype, tuple(shape), tuple(iattrs), tuple(fattrs)))
+        return len(self.nodes) - 1
+
+    def const(self, value, dtype: int) -> int:
+        if _DTYPE[dtype].is_floating_point:
+            return self.add("constant", (), dtype, (), (), (float(value),))
+        return self.add("constant", (), dtype, (), (int(value),))
+
+    def fit(self, fit: _Fit) -> int:
+        """A 0-d int64 node holding fit at the run's s."""
+        node = self.fit_cache.get(fit)
+        if node is None:
+            terms, c = fit
+            node = self.const(c, _INT64)
+            for k, a in terms:
+                term = self.bases[k] if a == 1 else self.add("mul", (self.bases[k], self.const(a, _INT64)), _INT64, ())
+                node = self.add("add", (node, term), _INT64, ())
+            self.fit_cache[fit] = node
+        return node
+
+    def broadcast(self, scalar: int, dtype: int, shape: tuple) -> int:
+        return self.add("broadcast_in_dim", (scalar,), dtype, shape, ()) if shape else scalar
+
+    def mask(self, validity: list[tuple], shape: tuple, dims: list[int] | None = None) -> int | None:
+        """A bool node of `shape`: whether each element is valid along `dims` (all by default);
+        None when every element is."""
+        out = None
+        for d in (range(len(shape)) if dims is None else dims):
+            factors = validity[d]
+            if _plain(factors):
+                continue
+            idx = self.add("iota", (), _INT64, shape, (d,))
+            stride = 1
+            for n, fit, *_ in reversed(factors):
+                if fit is not None:
+                    digit = idx
+                    if stride > 1:
+                        digit = self.add("div", (digit, self.broadcast(self.const(stride, _INT64), _INT64, shape)),
+                                         _INT64, shape)
+                    if stride * n < shape[d]:
+                        digit = self.add("rem", (digit, self.broadcast(self.const(n, _INT64), _INT64, shape)),
+                                         _INT64, shape)
+                    ok = self.add("compare", (digit, self.broadcast(self.fit(fit), _INT64, shape)), _BOOL, shape,
+                                  (2,))  # lt
+                    out = ok if out is None else self.add("and", (out, ok), _BOOL, shape)
+                stride *= n
+        return out
+
+    def masked(self, x: int, dtype: int, shape: tuple, mask: int | None, fill) -> int:
+        if mask is None:
+            return x
+        return self.add("select", (mask, x, self.broadcast(self.const(fill, dtype), dtype, shape)), dtype, shape)
+
+
+def _input_dim(size_b: int, fit: _Fit, at_bucket: tuple[int, ...]) -> tuple:
+    """How a padded input dim is laid out: ``a*s`` (a > 1) as [a, s] padded to [a, B], so a
+    reshape to [a, s] inside the graph finds it (the flattened [batch * s] a forward returns);
+    else its first fit(s) elements."""
+    terms, c = fit
+    if c == 0 and len(terms) == 1 and terms[0][0] == 0 and terms[0][1] > 1:
+        a = terms[0][1]
+        return ((a, None), (size_b // a, ((((0, 1),), 0))))
+    return ((size_b, fit),)
+
+
+def _merge(name: str, a: list[tuple], b: list[tuple]) -> list[tuple]:
+    """Validity of an elementwise result from two operands' (each dim: the padded one)."""
+    out = []
+    for da, db in zip(a, b):
+        if _plain(da) or (_uniform(da) and not _plain(db)):
+            out.append(db)
+        elif _plain(db) or da == db or _uniform(db):
+            out.append(da)
+        else:
+            raise Rejected(f"{name}: operands padded differently ({da} vs {db})")
+    return out
+
+
+def _reshape(name: str, src: list[tuple], shape: tuple) -> list[tuple]:
+    """Regroups the operand's factors (major to minor) into the result's dims; a padded factor
+    may not be split."""
+    factors = [f[:2] for dim in src for f in dim if f[0] != 1]
+    out: list[tuple] = []
+    k = 0
+    for size in shape:
+        group: list[_Factor] = []
+        prod = 1
+        while prod < size:
+            if k >= len(factors):
+                raise Rejected(f"{name}: sizes do not regroup ({src} -> {shape})")
+            n, fit = factors[k]
+            if prod * n <= size and size % (prod * n) == 0:
+                group.append((n, fit))
+                prod *= n
+                k += 1
+            elif fit is None and n % (size // prod) == 0:  # split an all-valid factor
+                part = size // prod
+                group.append((part, None))
+                factors[k] = (n // part, None)
+                prod = size
+            else:
+                raise Rejected(f"{name}: splits a padded dimension")
+        out.append(tuple(group) if group else ((1, None),))
+    if any(n != 1 for n, _ in factors[k:]):
+        raise Rejected(f"{name}: sizes do not regroup")
+    return out
+
+
+def pad_graph(graph: tuple, trie: dict, at_bucket: tuple[int, ...], num_bases: int, bucket: int) -> PaddedGraph:
+    """The learned graph (graph_templates._Template: fields and trie) at a bucket, masked.
+
+    Raises Rejected when an op of the graph cannot run padded."""
+    nodes, outputs, returns, rng_counters, num_inputs, ops, host_outputs = graph
+    if rng_counters and trie.get(3) is not None:
+        raise Rejected("random numbers whose count depends on the size")
+    if host_outputs:
+        raise Rejected("host-computed outputs")
+    node_fits: dict = trie.get(0, {})
+    em = _Emitter(num_inputs, num_bases)
+    new_id: list[int] = []
+    valid: list[list[tuple]] = []
+    shapes: list[tuple] = []
+    padded_inputs: dict[int, list[tuple]] = {}
+    input_shapes: dict[int, tuple[int, ...]] = {}
+
+    def at_b(fit_or_int) -> int:
+        return _value(fit_or_int, at_bucket) if isinstance(fit_or_int, tuple) else fit_or_int
+
+    for i, node in enumerate(nodes):
+        op_id, operands, dtype, shape, iattrs, fattrs = node
+        op = OPS[op_id]
+        fits = node_fits.get(i, {})
+        shape_fits = fits.get(3, {}) if isinstance(fits, dict) else {}
+        iattr_fits = fits.get(4, {}) if isinstance(fits, dict) else {}
+        shape_b = tuple(at_b(shape_fits[d]) if d in shape_fits else s for d, s in enumerate(shape))
+        iattrs_b = tuple(at_b(iattr_fits[p]) if p in iattr_fits else v for p, v in enumerate(iattrs))
+        own = [((shape_b[d], shape_fits[d]),) if d in shape_fits else ((shape_b[d], None),) for d in range(len(shape))]
+        ops_new = [new_id[o] for o in operands]
+        vin = [valid[o] for o in operands]
+        name = f"{op} (node {i})"
+        v: list[tuple] = own
+        if op == "parameter":
+            binding = iattrs[0]
+            if shape_fits:
+                if binding < 0:
+                    raise Rejected(f"{name}: random state with a size-dependent shape")
+                v = [_input_dim(shape_b[d], shape_fits[d], at_bucket) if d in shape_fits else own[d]
+                     for d in range(len(shape))]
+                padded_inputs[binding] = v
+                input_shapes[binding] = shape_b
+            nid = em.add(op, (), dtype, shape_b, iattrs)
+        elif op == "constant":
+            if iattr_fits:  # an integer that depends on s: computed from the bases at run time
+                value = em.fit(iattr_fits[0])
+                nid = value if dtype == _INT64 else em.add("convert", (value,), dtype, ())
+            else:
+                nid = em.add(op, (), dtype, shape_b, iattrs, fattrs)
+        elif op in ("iota", "rng_uniform", "rng_normal"):
+            if op != "iota" and shape_fits:
+                raise Rejected(f"{name}: random numbers over a padded dimension")
+            # Positions count along the iota's dim; along the others its values are the same.
+            v = [own[d] if d == iattrs[0] or _plain(own[d]) else ((own[d][0][0], own[d][0][1], True),)
+                 for d in range(len(shape))]
+            nid = em.add(op, (), dtype, shape_b, iattrs_b, fattrs)
+        elif op in _ELEMENTWISE:
+            v = vin[0]
+            for other in vin[1:]:
+                v = _merge(name, v, other)
+            nid = em.add(op, tuple(ops_new), dtype, shape_b, iattrs_b, fattrs)
+        elif op == "broadcast_in_dim":
+            # New dims, and size-1 dims broadcast to a padded size, hold one value throughout.
+            v = [((n, f, True),) if f is not None else ((n, f),) for ((n, f),) in own]
+            for k, d in enumerate(iattrs):
+                if not _plain(vin[0][k]):
+                    v[d] = vin[0][k]
+            nid = em.add(op, tuple(ops_new), dtype, shape_b, iattrs_b)
+        elif op == "reshape":
+            v = _reshape(name, vin[0], shape_b)
+            nid = em.add(op, tuple(ops_new), dtype, shape_b)
+        elif op == "transpose":
+            v = [vin[0][p] for p in iattrs]
+            nid = em.add(op, tuple(ops_new), dtype, shape_b, iattrs_b)
+        elif op == "slice":
+            r = len(shape)
+            v = list(own)
+            for d in range(r):
+                src = vin[0][d]
+                if _plain(src):
+                    continue
+                moved = d in iattr_fits or 2 * r + d in iattr_fits
+                if len(src) > 1:  # a merged padded dimension: only whole
+                    if iattrs_b[d] != 0 or iattrs_b[r + d] != shapes[operands[0]][d] or iattrs[2 * r + d] != 1:
+                        raise Rejected(f"{name}: a part of a merged padded dimension")
+                    v[d] = src
+                elif moved or iattrs[2 * r + d] != 1 or d not in shape_fits:
+                    raise Rejected(f"{name}: a slice of a padded dimension at an offset that depends on the "
+                                   "size, with a stride, or of a fixed length")
+            nid = em.add(op, tuple(ops_new), dtype, shape_b, iattrs_b)
+        elif op == "pad":
+            r = len(shape)
+            v = list(own)
+            fill_dims = []
+            for d in range(r):
+                src = vin[0][d]
+                if _plain(src):
+                    if d in shape_fits:
+                        raise Rejected(f"{name}: pads a dimension to a size that depends on the size")
+                    continue
+                if len(src) > 1 or iattrs[d] != 0 or d in iattr_fits or iattrs[2 * r + d] != 0:
+                    raise Rejected(f"{name}: pads a padded dimension before its end")
+                fill_dims.append((d, src[0][1]))
+            nid = em.add(op, tuple(ops_new), dtype, shape_b, iattrs_b)
+            if fill_dims:
+                # The pad value goes right after the valid elements, where the unpadded run has it.
+                mv = [((shape_b[d], None),) for d in range(r)]
+                for d, fit in fill_dims:
+                    mv[d] = ((shape_b[d], fit),)
+                keep = em.mask(mv, shape_b)
+                nid = em.add("select", (keep, nid, em.broadcast(ops_new[1], dtype, shape_b)), dtype, shape_b)
+        elif op == "concatenate":
+            dim = iattrs[0]
+            v = list(vin[0])
+            for other in vin[1:]:
+                v = _merge(name, v, other)  # (the concatenated dim is set below)
+            if any(not _plain(x[dim]) for x in vin[:-1]):
+                raise Rejected(f"{name}: concatenates after a padded part")
+            last = vin[-1][dim]
+            if _plain(last):
+                v[dim] = own[dim] if _plain(own[dim]) else ((shape_b[dim], None),)
+            elif len(last) > 1:
+                raise Rejected(f"{name}: concatenates a merged padded dimension")
+            else:
+                before = sum(shapes[o][dim] for o in operands[:-1])
+                terms, c = last[0][1]
+                v[dim] = ((shape_b[dim], (terms, c + before)),)
+            nid = em.add(op, tuple(ops_new), dtype, shape_b, iattrs_b)
+        elif op == "gather":
+            axis = iattrs[0]
+            src, index = vin
+            v = []
+            for d in range(len(shape)):
+                if d == axis or _plain(src[d]):
+                    v.append(index[d])
+                elif shapes[operands[0]][d] == shapes[operands[1]][d]:
+                    v.append(_merge(name, [src[d]], [index[d]])[0])
+                else:
+                    raise Rejected(f"{name}: indices cover part of a padded dimension")
+            nid = em.add(op, tuple(ops_new), dtype, shape_b, iattrs_b)
+        elif op == "scatter":
+            x, index, upd = ops_new
+            mode = SCATTER_MODES[iattrs[1]]
+            mask = em.mask(vin[2], shapes[operands[2]])
+            if mask is not None:
+                if mode == "replace":
+                    raise Rejected(f"{name}: a replacing scatter of padded updates")
+                ushape = shapes[operands[2]]
+                fill = {"add": 0, "mul": 1}.get(mode)
+                if fill is None:
+                    fill = _identity(mode, _DTYPE[dtype])
+                upd = em.masked(upd, dtype, ushape, mask, fill)
+                index = em.masked(index, nodes[operands[1]][2], ushape, mask, 0)
+            v = vin[0]
+            nid = em.add(op, (x, index, upd), dtype, shape_b, iattrs_b)
+        elif op == "reduce":
+            kind = REDUCE_KINDS[iattrs[0]]
+            dims = list(iattrs[1:])
+            src = vin[0]
+            padded = [d for d in dims if not _plain(src[d])]
+            x = ops_new[0]
+            if padded:
+                if kind in ("argmax", "argmin"):
+                    if any(len(src[d]) > 1 for d in padded):
+                        raise Rejected(f"{name}: {kind} over a merged padded dimension")
+                    fill = _identity("max" if kind == "argmax" else "min", _DTYPE[nodes[operands[0]][2]])
+                else:
+                    fill = _identity(kind, _DTYPE[nodes[operands[0]][2]])
+                xs = shapes[operands[0]]
+                x = em.masked(x, nodes[operands[0]][2], xs, em.mask(src, xs, padded), fill)
+            v = [src[d] for d in range(len(src)) if d not in dims]
+            nid = em.add(op, (x,), dtype, shape_b, iattrs_b)
+        elif op == "dot_general":
+            nb = iattrs[0]
+            lb, rb = list(iattrs[1:1 + nb]), list(iattrs[1 + nb:1 + 2 * nb])
+            nc = iattrs[1 + 2 * nb]
+            lc, rc = list(iattrs[2 + 2 * nb:2 + 2 * nb + nc]), list(iattrs[2 + 2 * nb + nc:2 + 2 * nb + 2 * nc])
+            lv, rv = vin
+            lhs, rhs = ops_new
+            lpad = [d for d in lc if not _plain(lv[d])]
+            rpad = [d for d in rc if not _plain(rv[d])]
+            if lpad or rpad:
+                ls, rs = shapes[operands[0]], shapes[operands[1]]
+                # Both sides masked along every contracting dim either side pads.
+                lmask_v, rmask_v = list(lv), list(rv)
+                for a, b in zip(lc, rc):
+                    pa, pb = lv[a], rv[b]
+                    if not _plain(pa) and not _plain(pb) and pa != pb:
+                        raise Rejected(f"{name}: contracting dims padded differently")
+                    lmask_v[a] = rmask_v[b] = pa if not _plain(pa) else pb
+                lhs = em.masked(lhs, dtype, ls, em.mask(lmask_v, ls, lc), 0)
+                rhs = em.masked(rhs, dtype, rs, em.mask(rmask_v, rs, rc), 0)
+            lf = [d for d in range(len(lv)) if d not in lb + lc]
+            rf = [d for d in range(len(rv)) if d not in rb + rc]
+            v = [_merge(name, [lv[a]], [rv[b]])[0] for a, b in zip(lb, rb)] + [lv[d] for d in lf] + [rv[d] for d in rf]
+            nid = em.add(op, (lhs, rhs), dtype, shape_b, iattrs_b)
+        elif op == "dynamic_update_slice":
+            x, upd, *starts = ops_new
+            ushape = shapes[operands[1]]
+            mask = em.mask(vin[1], ushape)
+            if mask is not None:  # write back what the padding would overwrite
+                old = em.add("dynamic_slice", (x, *starts), dtype, ushape, ushape)
+                upd = em.add("select", (mask, upd, old), dtype, ushape)
+            v = vin[0]
+            nid = em.add(op, (x, upd, *starts), dtype, shape_b, iattrs_b)
+        else:
+            touched = shape_fits or iattr_fits or any(not _plain(d) for vv in vin for d in vv)
+            if touched:
+                raise Rejected(f"{name}: not supported over a padded dimension")
+            nid = em.add(op, tuple(ops_new), dtype, shape_b, iattrs_b, fattrs)
+        new_id.append(nid)
+        valid.append(v)
+        shapes.append(shape_b)
+
+    new_outputs = []
+    for out in outputs:
+        node, target = out[0], out[1]
+        if target >= 0 and (target in padded_inputs or any(not _plain(d) for d in valid[node])):
+            raise Rejected(f"an in-place update of a padded input (input {target})")
+        new_outputs.append((new_id[node], *out[1:]))
+    news = [o[0] for o in outputs if o[1] < 0]
+    ret_fits: dict = trie.get(2, {})
+    new_returns = []
+    narrow: dict[int, list[tuple[int, _Fit]]] = {}
+    merged: dict[int, list[tuple]] = {}
+    consts: dict[int, _Fit] = {}
+    passed: dict[int, int] = {}
+    for k, r in enumerate(returns):
+        fits = ret_fits.get(k)
+        if r[0] == "i" and r[1] in padded_inputs:
+            passed[k] = r[1]  # the graph returns its input: the caller's, not the padded copy
+            cut = []
+        elif r[0] == "n":
+            dims = valid[news[r[1]]]
+            if any(len(d) > 1 and not _plain(d) for d in dims):
+                merged[k] = [tuple(f[:2] for f in d) for d in dims]
+                cut = []
+            else:
+                cut = [(d, f[0][1]) for d, f in enumerate(dims) if not _plain(f)]
+        elif r[0] in ("v", "w") and (fits or (r[0] == "w" and not all(_plain(d) for d in valid[news[r[1]]]))
+                                     or (r[0] == "v" and r[1] in padded_inputs)):
+            r = _apply(r, fits or {}, at_bucket)
+            base = valid[news[r[1]]] if r[0] == "w" else padded_inputs.get(r[1]) or []
+            cut = _view_cut(r, (fits or {}).get(2, {}), base)
+        elif r[0] == "c" and set(fits or {}) == {1}:
+            consts[k] = fits[1]  # a size the graph returns (for its backward): set per run
+            cut = []
+        elif fits:
+            raise Rejected(f"a returned {r[0]!r} entry whose integers depend on the size")
+        else:
+            cut = []
+        if cut:
+            narrow[k] = cut
+        new_returns.append(r)
+    lg = LoweredGraph(em.nodes, new_outputs, new_returns, rng_counters, num_inputs + num_bases, list(ops), [])
+    return PaddedGraph(lg, bucket, num_bases, padded_inputs, input_shapes, narrow, merged, consts, passed)
+
+
+def _view_cut(r: tuple, size_fits: dict, base: list[tuple]) -> list[tuple[int, _Fit]]:
+    """The dims to narrow of a returned view (at the bucket) of a padded tensor: each padded dim
+    of the base must be one dim of the view, whole, with the same valid length."""
+    _, _, sizes, strides, _, base_sizes, base_strides = r
+    cut = []
+    for e, factors in enumerate(base):
+        if _plain(factors):
+            continue
+        if len(factors) > 1:
+            raise Rejected("a returned view of a merged padded dimension")
+        fit = factors[0][1]
+        d = next((d for d in range(len(sizes)) if strides[d] == base_strides[e] and sizes[d] == base_sizes[e]
+                  and size_fits.get(d) == fit), None)
+        if d is None:
+            raise Rejected("a returned view that does not keep a padded dimension whole")
+        cut.append((d, fit))
+    return cut
+
+
+def run_padded(pg: PaddedGraph, run, args: list, constants: list, at_s: tuple[int, ...]) -> list:
+    """run (the padded program's) on args padded to the bucket, the graph's constants and the
+    bases at s; results narrowed to their valid elements."""
+    given = args
+    args = list(args)
+    for i, shape in pg.input_shapes.items():
+        x = args[i]
+        buf = x.new_zeros(shape)
+        factors = [f for dim in pg.padded_inputs[i] for f in dim]
+        valid = [n if fit is None else _value(fit, at_s) for n, fit, *_ in factors]
+        buf.view([n for n, *_ in factors])[tuple(slice(0, n) for n in valid)] = x.reshape(valid)
+        args[i] = buf
+    outs = run([*args, *constants, *at_s[:pg.num_bases]])
+    for k, dims in pg.narrow.items():
+        t = outs[k]
+        for d, fit in dims:
+            t = t.narrow(d, 0, _value(fit, at_s))
+        # Copied: Dynamo traced contiguous results (a later .view() needs one). Saved
+        # activations could stay padded for a padded backward: not built yet.
+        outs[k] = t.contiguous()
+    for k, fit in pg.consts.items():
+        outs[k] = _value(fit, at_s)
+    for k, i in pg.passed.items():
+        outs[k] = given[i]
+    for k, dims in pg.merged.items():
+        factors = [f for dim in dims for f in dim]
+        valid = [n if fit is None else _value(fit, at_s) for n, fit in factors]
+        part = outs[k].view([n for n, _ in factors])[tuple(slice(0, n) for n in valid)]
+        outs[k] = part.reshape([math.prod(n if fit is None else _value(fit, at_s) for n, fit in dim) for dim in dims])
+    return outs
+
+
+def check(padded: list, exact: list, s: int, bucket: int) -> None:
+    """Raise if a padded run's results differ from the exact program's at size s (verification).
+    Float results may differ in rounding: the padded contractions and sums add in other blocks."""
+    for k, (a, b) in enumerate(zip(padded, exact, strict=True)):
+        if isinstance(a, torch.Tensor):
+            try:
+                torch.testing.assert_close(a.cpu(), b.cpu(), rtol=1e-4, atol=1e-5)
+            except AssertionError as e:
+                raise RuntimeError(f"torch_tpu internal error: result {k} of a graph run padded to {bucket} differs "
+                                   f"from its exact program at size {s}; TORCH_TPU_COMPILE_BUCKETS=off avoids it "
+                                   f"(please report): {e}") from None
+        elif a != b:
+            raise RuntimeError(f"torch_tpu internal error: result {k} of a graph run padded to {bucket} is {a}, "
+                               f"its exact program's at size {s} {b}")
+
+
+def bucket_for(s: int, buckets: list[int]) -> int | None:
+    """The smallest bucket holding s, or None past the largest."""
+    return next((b for b in buckets if b >= s), None)
+
+
+def default_buckets(lo: int = 16, hi: int = 1 << 20) -> list[int]:
+    """Powers of two from lo: any run of sizes up to N compiles O(log N) programs."""
+    return [1 << k for k in range(int(math.log2(lo)), int(math.log2(hi)) + 1)]
+
+
+_UNSET = object()
+_buckets: object = _UNSET  # list of sizes, None (exact sizes), or unset (read the variable)
+
+
+def _parse(text: str) -> list[int] | None:
+    text = text.strip().lower()
+    if text == "auto":
+        from .. import _C
+
+        return default_buckets() if _C._runtime_name() == "pjrt" else None
+    if text in ("off", "0", ""):
+        return None
+    if text == "pow2":
+        return default_buckets()
+    try:
+        sizes = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"TORCH_TPU_COMPILE_BUCKETS={text!r}: expected auto, off, pow2 or comma-separated sizes") \
+            from None
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"TORCH_TPU_COMPILE_BUCKETS={text!r}: sizes must be positive")
+    return sizes
+
+
+def set_buckets(buckets: list[int] | str | None) -> None:
+    """Run dynamic-shape compiled graphs padded to these sizes: a list of sizes, ``"auto"``
+    (powers of two from 16 on PJRT, exact sizes on the host runtime), ``"pow2"``, or None for
+    exact sizes. TORCH_TPU_COMPILE_BUCKETS sets the start value."""
+    global _buckets
+    _buckets = _parse(buckets) if isinstance(buckets, str) else (sorted(buckets) if buckets else None)
+
+
+def buckets() -> list[int] | None:
+    """The bucket sizes in effect, or None when graphs run at exact sizes."""
+    global _buckets
+    if _buckets is _UNSET:
+        from ..config import get
+
+        _buckets = _parse(get("TORCH_TPU_COMPILE_BUCKETS"))
+    return _buckets  # type: ignore[return-value]
