@@ -39,6 +39,9 @@ class TpuModelRunner(GPUModelRunner):
             raise ValueError(f"TpuModelRunner needs a tpu device, got {device}")
         super().__init__(vllm_config, device)
         self.use_cuda_graph = False
+        # Whether nothing reads the per-step slot mapping (set once the attention backends are
+        # known): then the slot-mapping kernel skips it (kernels.py).
+        self.slot_mapping_unused = False
         from vllm_torch_tpu.kernels import register_runner
 
         register_runner(self)  # the slot-mapping kernel reads our host block tables
@@ -58,11 +61,20 @@ class TpuModelRunner(GPUModelRunner):
     def initialize_metadata_builders(self, kv_cache_config, kernel_block_sizes: list[int]) -> None:  # noqa: ANN001
         """vLLM's builders; ours also get the runner, to read its host copy of the block table."""
         super().initialize_metadata_builders(kv_cache_config, kernel_block_sizes)
+        from vllm_torch_tpu.attention import TpuAttentionBackend
+
+        ours = True
         for groups in self.attn_groups:
             for group in groups:
+                ours = ours and issubclass(group.backend, TpuAttentionBackend)
                 for builder in group.metadata_builders:
                     if hasattr(builder, "runner"):
                         builder.runner = self
+        # TpuAttentionBackend writes keys/values by row indices it makes from the host block
+        # table; the slot mapping is read only by other backends, KV connectors and drafters.
+        self.slot_mapping_unused = (ours and bool(self.attn_groups)
+                                    and self.vllm_config.kv_transfer_config is None
+                                    and self.speculative_config is None)
 
     def warming_up_model(self) -> None:
         """Nothing to compile: the model runs eagerly (per-op programs are cached on first use)."""
