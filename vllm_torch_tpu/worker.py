@@ -42,9 +42,30 @@ class TpuModelRunner(GPUModelRunner):
         # Whether nothing reads the per-step slot mapping (set once the attention backends are
         # known): then the slot-mapping kernel skips it (kernels.py).
         self.slot_mapping_unused = False
+        self._host_position_inputs()
         from vllm_torch_tpu.kernels import register_runner
 
         register_runner(self)  # the slot-mapping kernel reads our host block tables
+
+    def _host_position_inputs(self) -> None:
+        """Keep the inputs of the positions and sequence lengths on the host.
+
+        vLLM's `_prepare_inputs` copies the request index of every token, its offset in the
+        query, the scheduled-token counts and the computed-token counts to the device, one
+        staged copy each, only to combine them there (`positions = num_computed_tokens[
+        req_indices] + query_pos`, `seq_lens = num_computed_tokens + num_scheduled_tokens`):
+        a ~70 us advanced-indexing program, a convert and two adds. With those four on the
+        host (the "device" side of their buffers is the host tensor, as vLLM's CPU runner does
+        for all of them) the same lines compute on the host and each result reaches the
+        device in one copy. Nothing else reads them on the device without speculative
+        decoding or decode context parallelism (the paths that do: async drafts' corrections,
+        DCP dummy runs), so that is when this applies.
+        """
+        if self.speculative_config is not None or self.parallel_config.decode_context_parallel_size > 1:
+            return
+        for buf in (self.req_indices, self.query_pos, self.num_scheduled_tokens):
+            buf.gpu = buf.cpu
+        self.num_computed_tokens = torch.zeros_like(self.num_computed_tokens, device="cpu")
 
     def load_model(self, load_dummy_weights: bool = False) -> None:
         """Load the checkpoint straight onto the device (vLLM's loader, target device tpu)."""
