@@ -97,6 +97,17 @@ class TpuModelRunner(GPUModelRunner):
                                     and self.vllm_config.kv_transfer_config is None
                                     and self.speculative_config is None)
 
+    def initialize_kv_cache(self, kv_cache_config, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        """vLLM's, then the block tables stay on the host when only our attention reads them."""
+        super().initialize_kv_cache(kv_cache_config, *args, **kwargs)
+        if self.slot_mapping_unused:
+            # Every reader of the block table (TpuAttentionMetadataBuilder and the slot-mapping
+            # kernel) takes the host copy it finds by the device table's data_ptr; aliasing the
+            # device side to the host tensor (as vLLM's CPU runner does) keeps that lookup and
+            # drops the per-step staged copy of the table.
+            for table in self.input_batch.block_table.block_tables:
+                table.block_table.gpu = table.block_table.cpu
+
     def warming_up_model(self) -> None:
         """Nothing to compile: the model runs eagerly (per-op programs are cached on first use)."""
 
