@@ -1,6 +1,7 @@
 """vLLM on torch_tpu's "tpu" platform against vLLM's own CPU platform, one after the other.
 
     .venv-vllm/bin/python bench/vllm_serve.py [--prompts 32] [--max-tokens 32] [--rounds 3]
+        [--cpu-threads N]
 
 Each platform runs in a child process (tests/vllm/offline_run.py; vLLM picks its platform
 once per process) on the same random-init tiny Llama: offline throughput of a batch of
@@ -8,7 +9,9 @@ prompts (generated tokens / s, greedy) and the time to the first token of a sing
 (best of 3). Prints both platforms' figures and the ratios tpu / cpu (targets: throughput
 >= 0.8x, time to first token <= 1.5x) per round, then the median ratios over the rounds. On a
 shared machine the CPU platform's figures swing by 10x or more with the load (its OpenMP
-threads), so rounds alternate the platforms and a single round says little.
+threads wait for each other when one is descheduled), so rounds alternate the platforms and a
+single round says little. `--cpu-threads 1` runs the CPU platform with OMP_NUM_THREADS=1: on
+a loaded machine that reference stays near its unloaded speed (the stronger baseline there).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cpu-threads", type=int, default=None,
+                    help="OMP_NUM_THREADS of the CPU platform's process (default: vLLM's choice)")
     args = ap.parse_args()
     from vllm_helpers import offline_run
     from tiny_models import build_model
@@ -39,8 +44,11 @@ def main() -> None:
         for rnd in range(1, args.rounds + 1):
             res = {}
             for platform in ("cpu", "tpu"):
+                env = ({"OMP_NUM_THREADS": str(args.cpu_threads)}
+                       if platform == "cpu" and args.cpu_threads else None)
                 res[platform] = r = offline_run(model, platform, "--prompts", str(args.prompts),
-                                                "--max-tokens", str(args.max_tokens), "--ttft")
+                                                "--max-tokens", str(args.max_tokens), "--ttft",
+                                                env=env)
                 r["tok_s"] = r["generated_tokens"] / r["generate_s"]
                 print(f"round {rnd} {platform}: {r['platform']}: {r['generated_tokens']} tokens in "
                       f"{r['generate_s']:.2f} s = {r['tok_s']:.1f} tok/s; "

@@ -5,19 +5,26 @@ block_size, 2 * head_size]`, whose `[block_size * 2, head_size]` rows hold the b
 then its values. A step's metadata is built once on the host (numpy, from the runner's host
 copy of the block table: no device read) and shared by every layer:
 
-- KV write: one `index_put_` per layer into the cache's rows (keys and values stacked, row
+- KV write: one `index_copy_` per layer into the cache's rows (keys and values stacked, row
   indices made on the host once per step). The host runtime writes a scatter into its own
   operand in place (csrc/runtime/host/host_plan.cpp, plan_in_place_scatters), so only the
-  rows written are touched; before it did, the scatter was computed aside and the whole cache
-  copied back, and the write was one slice `copy_` per (request, block) run of tokens.
+  rows written are touched. `index_copy_` (dim 0, one index list) takes ~17 us where the same
+  write as `index_put_` takes ~40.
+- Reads gather whole chunks, a block's keys (or values) of one head (`[block_size, head_size]`,
+  contiguous), with `index_select`: 16x fewer indices than gathering rows, and `index_select`
+  runs in a few us where advanced indexing (`x[i]`, `x[i, j]`) costs ~70 us on the host
+  runtime whatever its size.
 - One request (a single prompt's prefill, with or without a cached prefix, or one decode):
   one flash-attention op (`aten._flash_attention_forward`, bottom-right aligned causal, the
   key/value heads repeated inside the op for GQA) over the new keys and values as they are
-  (no cached prefix) or over the request's cached keys gathered by slot (one gather each).
-- Several requests: queries padded to `[reqs, kv_heads, group * max_query_len]`, keys and
-  values gathered through the block table to `[reqs, kv_heads, blocks * block_size]` (one
-  gather each, only the blocks of the longest sequence), a boolean causal/padding mask, and
-  one `aten._scaled_dot_product_efficient_attention` op; one gather back to token order.
+  (no cached prefix) or over the request's cached keys (its blocks' chunks, as strided views).
+- Several requests: keys and values of the blocks of the longest sequence gathered to
+  `[reqs, kv_heads, blocks * block_size, head_size]` (one gather), a boolean causal/padding
+  mask, and one `aten._scaled_dot_product_efficient_attention` op. A decode step (one query
+  per request) takes the queries as the view `[reqs, kv_heads, group, head_size]` and writes
+  the output through the same view: no gathers. Otherwise queries are padded to
+  `[reqs, kv_heads, group * max_query_len]` by one row gather and the output gathered back to
+  token order by another.
 
 All index tensors are made on the host and copied in once per step; the cache is indexed as
 the contiguous tensor it is (a gather through a strided key/value view of it made the host
@@ -91,19 +98,28 @@ class TpuAttentionMetadata:
     # that the step's new keys (index 0) and values (index 1) go to, `[2, tokens, kv_heads]`
     # (None: no new tokens).
     write_rows: torch.Tensor | None
-    # Rows of the cache viewed as `[blocks * kv_heads * 2 * block_size, head_size]` that hold
-    # the keys (index 0) and values (index 1) attention reads: one request `[2, seq_len,
-    # kv_heads]` (None when nothing is cached: the new keys are all of them); several requests
-    # `[2, reqs, kv_heads, blocks * block_size]`, the blocks of the longest sequence.
-    kv_rows: torch.Tensor | None = None
+    # Chunks of the cache viewed as `[blocks * kv_heads * 2, block_size * head_size]` (one
+    # chunk: a block's keys or values of one head) that attention reads, keys at index 0 and
+    # values at index 1: `[2, reqs, kv_heads, blocks]`, the blocks of the longest sequence (one
+    # request: its own blocks; None when nothing is cached, the new keys being all of them).
+    kv_chunks: torch.Tensor | None = None
+    seq_len: int = 0  # one request: its keys (the first seq_len of its blocks' rows)
+    # Every request has one query token (a decode step): queries and output are views of
+    # `[reqs, kv_heads, group, head_size]`, no gather.
+    decode: bool = False
     host: dict | None = None  # host arrays the per-group-size index tensors are made from
     _by_group: dict | None = None
 
-    def padded(self, group: int, kv_heads: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """Per group size (query heads per key/value head), built once per step: the query
-        gather `(token [reqs, 1, g*q], head [1, kv_heads, g*q])`, the boolean mask
-        `[reqs, 1, g*q, seq]`, and the output gather `(req [T, 1], kv head [1, H], column
-        [T, H])` (query slot j of group member i sits at column i * q + j)."""
+    def padded(self, group: int, kv_heads: int, device: torch.device
+               ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+        """Per group size (query heads per key/value head), built once per step: the rows of
+        the queries viewed as `[tokens * heads, head_size]` that make the padded queries
+        `[reqs, kv_heads, g*q]` (query slot j of group member i sits at column i * q + j), the
+        boolean mask `[reqs, 1, g*q, seq]`, and the rows of the output viewed as
+        `[reqs * kv_heads * g*q, head_size]` that go back to token order `[tokens, heads]`.
+        A decode step needs the mask only (queries and output are views): the others are
+        None. Row indices for `index_select`, which the host runtime runs in a few us, where
+        advanced indexing `x[i, j]` costs ~70 us whatever its size."""
         key = (group, kv_heads)
         if self._by_group is None:
             self._by_group = {}
@@ -113,20 +129,27 @@ class TpuAttentionMetadata:
         h = self.host
         q = self.max_query_len
         query_index, visible = h["query_index"], h["visible"]  # [reqs, q], [reqs, q, seq]
-        col = np.arange(group * q, dtype=np.int64)
-        tok = query_index[:, None, col % q]  # [reqs, 1, g*q]
-        head = (np.arange(kv_heads, dtype=np.int64)[:, None] * group + col[None, :] // q)[None]
+        reqs = visible.shape[0]
         mask = np.ascontiguousarray(np.broadcast_to(visible[:, None, None], (
-            visible.shape[0], 1, group, q, visible.shape[2])).reshape(visible.shape[0], 1, group * q, -1))
-        heads = np.arange(kv_heads * group, dtype=np.int64)
-        out_req = h["req_of_token"][:, None]
-        out_col = (heads[None, :] % group) * q + h["pos_in_query"][:, None]
-        out_kvh = (heads // group)[None, :]
+            reqs, 1, group, q, visible.shape[2])).reshape(reqs, 1, group * q, -1))
 
         def dev(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(a)).to(device)
 
-        hit = (dev(tok), dev(head), dev(mask), dev(out_req), dev(out_kvh), dev(out_col))
+        if self.decode:
+            hit = (None, dev(mask), None)
+        else:
+            heads = kv_heads * group
+            col = np.arange(group * q, dtype=np.int64)
+            tok = query_index[:, None, col % q]  # [reqs, 1, g*q]
+            head = (np.arange(kv_heads, dtype=np.int64)[:, None] * group + col[None, :] // q)[None]
+            q_rows = (tok * heads + head).reshape(-1)  # [reqs * hkv * g*q]
+            hs = np.arange(heads, dtype=np.int64)
+            out_req = h["req_of_token"][:, None]  # [T, 1]
+            out_col = (hs[None, :] % group) * q + h["pos_in_query"][:, None]  # [T, H]
+            out_kvh = (hs // group)[None, :]
+            out_rows = ((out_req * kv_heads + out_kvh) * (group * q) + out_col).reshape(-1)
+            hit = (dev(q_rows), dev(mask), dev(out_rows))
         self._by_group[key] = hit
         return hit
 
@@ -187,17 +210,28 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
             write_rows = torch.from_numpy(np.ascontiguousarray(w)).to(dev)
         md = TpuAttentionMetadata(num_actual_tokens=num_tokens, num_reqs=num_reqs,
                                   max_query_len=max_q, block_size=bs, write_rows=write_rows)
+        # Chunk (block, head, kv) of the cache viewed as `[-1, block_size * head_size]`: a
+        # block's keys or values of one head, contiguous. Attention gathers whole chunks, 16x
+        # fewer indices than rows (the host runtime's gather cost is per index).
+        head_ids = np.arange(hkv, dtype=np.int64)
+        kv_ids = np.arange(2, dtype=np.int64)
+
+        def chunks(blocks: np.ndarray) -> np.ndarray:
+            """`[2, *blocks.shape[:-1], kv_heads, blocks.shape[-1]]` chunk ids."""
+            b = blocks[..., None, :]  # [..., 1, nblk]
+            c = (b * hkv + head_ids[:, None]) * 2  # [..., hkv, nblk]
+            return kv_ids.reshape((2,) + (1,) * c.ndim) + c[None]
+
         if num_reqs == 1:
             if ctx[0] > 0:
-                pos = np.arange(seq_lens[0], dtype=np.int64)
-                base = rows(table[0, pos // bs], pos % bs)  # [seq]
-                r = kv_of[:, None, None] + base[None, :, None] + heads[None, None, :]
-                md.kv_rows = torch.from_numpy(np.ascontiguousarray(r)).to(dev)
+                md.seq_len = int(seq_lens[0])
+                md.kv_chunks = torch.from_numpy(np.ascontiguousarray(
+                    chunks(table[0, : -(-md.seq_len // bs)]))).to(dev)  # [2, hkv, nblk]
             return md
+        md.decode = num_tokens == num_reqs and max_q == 1
+        md.kv_chunks = torch.from_numpy(np.ascontiguousarray(
+            chunks(table[:, :num_blocks]))).to(dev)  # [2, reqs, hkv, nblk]
         k_pos = np.arange(num_blocks * bs, dtype=np.int64)
-        base = rows(table[:, k_pos // bs], (k_pos % bs)[None, :])  # [reqs, seq]
-        r = kv_of[:, None, None, None] + base[None, :, None, :] + heads[None, None, :, None]
-        md.kv_rows = torch.from_numpy(np.ascontiguousarray(r)).to(dev)
         req_of_token = np.repeat(np.arange(num_reqs, dtype=np.int64), q_lens)
         pos_in_query = np.arange(num_tokens, dtype=np.int64) - qsl[req_of_token]
         query_index = np.minimum(qsl[:-1, None] + np.arange(max_q, dtype=np.int64)[None, :],
@@ -240,7 +274,7 @@ class TpuAttentionImpl(AttentionImpl):
 
     def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor,
                            kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """Write the step's keys/values into their slots: one `index_put_` into the cache's
+        """Write the step's keys/values into their slots: one `index_copy_` into the cache's
         rows (the row indices come from the step's metadata, made on the host)."""
         from vllm.forward_context import get_forward_context
 
@@ -260,7 +294,8 @@ class TpuAttentionImpl(AttentionImpl):
         _, hkv, _, two_hs = kv_cache.shape  # [blocks, kv_heads, block_size, 2 * head_size]
         flat = kv_cache.view(-1, two_hs // 2)  # the cache's rows, contiguous
         kv = torch.stack((key[:n].view(n, hkv, -1), value[:n].view(n, hkv, -1)), dim=0)
-        flat.index_put_((md.write_rows,), kv.to(kv_cache.dtype))  # [2, tokens, kv_heads, head_size]
+        # [2 * tokens * kv_heads, head_size] rows in write_rows' order
+        flat.index_copy_(0, md.write_rows.view(-1), kv.to(kv_cache.dtype).view(-1, two_hs // 2))
 
     def forward(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor,
                 value: torch.Tensor, kv_cache: torch.Tensor,
@@ -279,22 +314,32 @@ class TpuAttentionImpl(AttentionImpl):
         hkv, g, h = self.num_kv_heads, self.group, self.num_heads
         out_view = output[:n].view(n, h, -1)
         query, key, value = query[:n], key[:n], value[:n]
-        flat = kv_cache.view(-1, self.head_size)  # the cache's rows, contiguous
+        hs = self.head_size
+        bs = md.block_size
+        chunked = kv_cache.view(-1, bs * hs)  # [blocks * hkv * 2, bs * hs]: keys / values chunks
         if md.num_reqs == 1:
-            if md.kv_rows is None:  # nothing cached: the new keys are all the keys
+            if md.kv_chunks is None:  # nothing cached: the new keys are all the keys
                 k, v = key.unsqueeze(0), value.unsqueeze(0)
-            else:
-                kv = flat[md.kv_rows]  # [2, seq, hkv, head_size]
+            else:  # [2, hkv, nblk * bs, hs] -> [1, seq, hkv, hs] (strided views)
+                kv = chunked.index_select(0, md.kv_chunks.view(-1)).view(2, hkv, -1, hs)
+                kv = kv[:, :, : md.seq_len].transpose(1, 2)
                 k, v = kv[0].unsqueeze(0), kv[1].unsqueeze(0)
             out = torch.ops.aten._flash_attention_forward(
                 query.unsqueeze(0), k, v, None, None, n, k.shape[1], 0.0, True, False,
                 scale=self.scale)[0]
             out_view.copy_(out.view(n, h, -1))
             return output
-        tok, head, mask, out_req, out_kvh, out_col = md.padded(g, hkv, query.device)
-        q = query[tok, head]  # [reqs, hkv, g * q_len, head_size]
-        kv = flat[md.kv_rows]  # [2, reqs, hkv, seq, head_size]
+        q_rows, mask, out_rows = md.padded(g, hkv, query.device)
+        reqs = md.num_reqs
+        kv = chunked.index_select(0, md.kv_chunks.view(-1)).view(2, reqs, hkv, -1, hs)
+        if md.decode:  # one query per request: [reqs, heads, hs] is [reqs, hkv, g, hs]
+            q = query.reshape(reqs, hkv, g, hs)
+        else:  # [reqs, hkv, g * q_len, head_size]
+            q = query.reshape(n * h, hs).index_select(0, q_rows).view(reqs, hkv, -1, hs)
         out = torch.ops.aten._scaled_dot_product_efficient_attention(
             q, kv[0], kv[1], mask, False, 0.0, False, scale=self.scale)[0]
-        out_view.copy_(out[out_req, out_kvh, out_col])
+        if md.decode:
+            out_view.view(reqs, hkv, g, hs).copy_(out)
+        else:
+            out_view.copy_(out.reshape(-1, hs).index_select(0, out_rows).view(n, h, hs))
         return output

@@ -20,16 +20,23 @@ def register_runner(runner: object) -> None:
     _RUNNERS.add(runner)
 
 
+# `_host_slot_mapping`'s answer when the owning runner's attention never reads the slot mapping.
+_UNUSED = np.empty(0, dtype=np.int64)
+
+
 def _host_slot_mapping(num_tokens: int, max_num_tokens: int, num_reqs: int,
                        block_table: torch.Tensor, bs: int, pad_id: int) -> np.ndarray | None:
     """The slot mapping from the runner's host copies (block table rows, query offsets and
-    computed-token counts the device tensors were copied from), or None if no registered
-    runner owns `block_table`."""
+    computed-token counts the device tensors were copied from), `_UNUSED` if the owning
+    runner's attention backends never read it, or None if no registered runner owns
+    `block_table`."""
     for runner in list(_RUNNERS):
         batch = getattr(runner, "input_batch", None)
         for table in getattr(getattr(batch, "block_table", None), "block_tables", ()):
             if table.block_table.gpu.data_ptr() != block_table.data_ptr():
                 continue
+            if getattr(runner, "slot_mapping_unused", False):
+                return _UNUSED
             qsl = runner.query_start_loc.np[: num_reqs + 1].astype(np.int64)
             q_lens = np.diff(qsl)
             if int(qsl[-1]) != num_tokens:
@@ -52,13 +59,19 @@ def compute_slot_mapping(num_tokens: int, max_num_tokens: int, query_start_loc: 
     """slot_mapping[t] = block_table[req(t), pos(t) // bs] * bs + pos(t) % bs; PAD_ID after.
 
     Computed on the host from the runner's copies of the inputs when a registered runner owns
-    the block table (the usual case), else with device ops on the device tensors."""
+    the block table (the usual case), else with device ops on the device tensors. Not computed
+    at all (the buffer keeps stale values) when that runner says nothing reads it
+    (`TpuModelRunner.slot_mapping_unused`: every layer on TpuAttentionBackend, which writes
+    the KV cache by row indices of its own metadata, and no KV connector or speculative
+    decoding)."""
     if TOTAL_CP_WORLD_SIZE != 1:
         raise NotImplementedError("torch_tpu vLLM platform: context parallelism is not supported")
     bs = KV_CACHE_BLOCK_SIZE
     if max_num_tokens > 0 and slot_mapping.dtype == torch.int64:
         host = _host_slot_mapping(num_tokens, max_num_tokens, query_start_loc.shape[0] - 1,
                                   block_table, bs, PAD_ID)
+        if host is _UNUSED:  # TpuAttentionBackend writes by its own row indices
+            return
         if host is not None:  # one host -> device copy instead of ~12 device ops
             slot_mapping[:max_num_tokens].copy_(torch.from_numpy(host))
             return

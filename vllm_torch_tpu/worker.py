@@ -39,9 +39,33 @@ class TpuModelRunner(GPUModelRunner):
             raise ValueError(f"TpuModelRunner needs a tpu device, got {device}")
         super().__init__(vllm_config, device)
         self.use_cuda_graph = False
+        # Whether nothing reads the per-step slot mapping (set once the attention backends are
+        # known): then the slot-mapping kernel skips it (kernels.py).
+        self.slot_mapping_unused = False
+        self._host_position_inputs()
         from vllm_torch_tpu.kernels import register_runner
 
         register_runner(self)  # the slot-mapping kernel reads our host block tables
+
+    def _host_position_inputs(self) -> None:
+        """Keep the inputs of the positions and sequence lengths on the host.
+
+        vLLM's `_prepare_inputs` copies the request index of every token, its offset in the
+        query, the scheduled-token counts and the computed-token counts to the device, one
+        staged copy each, only to combine them there (`positions = num_computed_tokens[
+        req_indices] + query_pos`, `seq_lens = num_computed_tokens + num_scheduled_tokens`):
+        a ~70 us advanced-indexing program, a convert and two adds. With those four on the
+        host (the "device" side of their buffers is the host tensor, as vLLM's CPU runner does
+        for all of them) the same lines compute on the host and each result reaches the
+        device in one copy. Nothing else reads them on the device without speculative
+        decoding or decode context parallelism (the paths that do: async drafts' corrections,
+        DCP dummy runs), so that is when this applies.
+        """
+        if self.speculative_config is not None or self.parallel_config.decode_context_parallel_size > 1:
+            return
+        for buf in (self.req_indices, self.query_pos, self.num_scheduled_tokens):
+            buf.gpu = buf.cpu
+        self.num_computed_tokens = torch.zeros_like(self.num_computed_tokens, device="cpu")
 
     def load_model(self, load_dummy_weights: bool = False) -> None:
         """Load the checkpoint straight onto the device (vLLM's loader, target device tpu)."""
@@ -58,11 +82,31 @@ class TpuModelRunner(GPUModelRunner):
     def initialize_metadata_builders(self, kv_cache_config, kernel_block_sizes: list[int]) -> None:  # noqa: ANN001
         """vLLM's builders; ours also get the runner, to read its host copy of the block table."""
         super().initialize_metadata_builders(kv_cache_config, kernel_block_sizes)
+        from vllm_torch_tpu.attention import TpuAttentionBackend
+
+        ours = True
         for groups in self.attn_groups:
             for group in groups:
+                ours = ours and issubclass(group.backend, TpuAttentionBackend)
                 for builder in group.metadata_builders:
                     if hasattr(builder, "runner"):
                         builder.runner = self
+        # TpuAttentionBackend writes keys/values by row indices it makes from the host block
+        # table; the slot mapping is read only by other backends, KV connectors and drafters.
+        self.slot_mapping_unused = (ours and bool(self.attn_groups)
+                                    and self.vllm_config.kv_transfer_config is None
+                                    and self.speculative_config is None)
+
+    def initialize_kv_cache(self, kv_cache_config, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        """vLLM's, then the block tables stay on the host when only our attention reads them."""
+        super().initialize_kv_cache(kv_cache_config, *args, **kwargs)
+        if self.slot_mapping_unused:
+            # Every reader of the block table (TpuAttentionMetadataBuilder and the slot-mapping
+            # kernel) takes the host copy it finds by the device table's data_ptr; aliasing the
+            # device side to the host tensor (as vLLM's CPU runner does) keeps that lookup and
+            # drops the per-step staged copy of the table.
+            for table in self.input_batch.block_table.block_tables:
+                table.block_table.gpu = table.block_table.cpu
 
     def warming_up_model(self) -> None:
         """Nothing to compile: the model runs eagerly (per-op programs are cached on first use)."""

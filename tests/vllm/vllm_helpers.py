@@ -26,10 +26,13 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def offline_run(model: Path, platform: str, *args: str, timeout: int = 900) -> dict:
-    """Run offline_run.py in a child process; its JSON result."""
+def offline_run(model: Path, platform: str, *args: str, timeout: int = 900,
+                env: dict[str, str] | None = None) -> dict:
+    """Run offline_run.py in a child process (`env`: extra environment variables); its JSON
+    result."""
     cmd = [sys.executable, str(HERE / "offline_run.py"), str(model), "--platform", platform, *args]
-    proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, env=child_env(**(env or {})), capture_output=True, text=True,
+                          timeout=timeout)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert proc.returncode == 0 and lines, (
         f"{platform} run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
