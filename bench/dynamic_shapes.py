@@ -119,7 +119,7 @@ def run(variant: str, data: list[torch.Tensor], width: int, layers: int, max_len
     reused = met["shape_templates"]["reused"] if variant != "compiled" else met["compile"]["graph_instances"]
     return {"mean": sum(times) / len(times), "steady": statistics.median(times[5:] or times),
             "after2": sum(times[2:]) / max(1, len(times) - 2),
-            "first": times[0], "programs": programs(variant), "losses": losses, "compile_s": compile_s,
+            "times": times, "first": times[0], "programs": programs(variant), "losses": losses, "compile_s": compile_s,
             "reused": reused, "xla": _xla_compiles() - xla_before}
 
 
@@ -135,6 +135,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--min-len", type=int, default=16)
     p.add_argument("--max-len", type=int, default=512)
+    p.add_argument("--per-step", action="store_true", help="also print every step's time (ms) and length")
     p.add_argument("--variants", default="cpu,inductor,strict,fused,compiled")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave torch's default); "
                    "native CPU eager's OpenMP threads slow down 10x when another job shares the cores")
@@ -151,6 +152,8 @@ def main() -> None:
               f"{1e3 * r['steady']:8.1f} ms steady  first {r['first']:6.2f} s  programs {r['programs']}  "
               f"(tpu compile {r['compile_s']:.1f} s, {r['reused']} without lowering"
               + (f", {r['xla']} XLA executables" if _runtime() == "pjrt" else "") + ")", flush=True)
+        if a.per_step:
+            print("  " + " ".join(f"{x.shape[1]}:{1e3 * t:.0f}" for x, t in zip(data, r["times"])), flush=True)
     if "cpu" in res:
         ref = torch.tensor(res["cpu"]["losses"])
         for v, r in res.items():

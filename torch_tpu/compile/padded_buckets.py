@@ -51,14 +51,21 @@ class PaddedGraph:
     graph: LoweredGraph  # at the bucket size, with the bases as extra trailing int64 inputs
     bucket: int
     num_bases: int
-    # input index -> per dim the factors (elements at B, valid length fit or None): inputs to
-    # copy into zeroed buffers of their parameter's shape at the bucket size
+    # input index -> per dim the factors (elements at B, valid length fit or None): inputs
+    # bound as their first prod(shape at B) elements, in their row-major layout at s (the
+    # program gathers the padded layout from them)
     padded_inputs: dict[int, list[tuple]]
     input_shapes: dict[int, tuple[int, ...]]
     # return index -> [(dim, valid length fit)]: results narrowed to their valid elements
     narrow: dict[int, list[tuple[int, _Fit]]]
-    # return index -> per dim its factors: results with a merged padded dim, copied out
-    merged: dict[int, list[tuple]]
+    # return index -> per dim its factors: padded results the program compacts (their valid
+    # elements first, row-major at s), returned as a contiguous view of those
+    compact: dict[int, list[tuple]]
+    # return index -> (input index, the "v" entry with its fits): views of padded inputs,
+    # taken on the caller's tensor at s
+    input_views: dict[int, tuple]
+    # return index -> (the "w" entry, its fits): views, at s, of a compacted result
+    base_views: dict[int, tuple]
     consts: dict[int, _Fit]  # return index -> the size it is (an int the graph returns)
     passed: dict[int, int]  # return index -> the padded input it returns
 
@@ -134,6 +141,66 @@ class _Emitter:
                     out = ok if out is None else self.add("and", (out, ok), _BOOL, shape)
                 stride *= n
         return out
+
+    def layout(self, factors: list[tuple]) -> tuple[int, int]:
+        """(index, valid) over the factor shape at B: each element's position in the row-major
+        layout of the valid factors at s, and whether it is valid (both int64/bool nodes of
+        the factor shape)."""
+        shape = tuple(f[0] for f in factors)
+        sizes = [self.fit(f[1]) if f[1] is not None else self.const(f[0], _INT64) for f in factors]
+        index = valid = stride = None
+        for k in reversed(range(len(factors))):
+            digit = self.add("iota", (), _INT64, shape, (k,))
+            if factors[k][1] is not None:
+                ok = self.add("compare", (digit, self.broadcast(sizes[k], _INT64, shape)), _BOOL, shape, (2,))  # lt
+                valid = ok if valid is None else self.add("and", (valid, ok), _BOOL, shape)
+            if stride is not None:
+                digit = self.add("mul", (digit, self.broadcast(stride, _INT64, shape)), _INT64, shape)
+            index = digit if index is None else self.add("add", (index, digit), _INT64, shape)
+            stride = sizes[k] if stride is None else self.add("mul", (stride, sizes[k]), _INT64, ())
+        if valid is not None:
+            index = self.add("select", (valid, index, self.broadcast(self.const(0, _INT64), _INT64, shape)),
+                             _INT64, shape)
+        return index, valid
+
+    def uncompact(self, flat: int, dtype: int, factors: list[tuple], shape_b: tuple) -> int:
+        """The padded value of shape_b from a flat [N_B] input holding its valid elements first,
+        row-major at s; padded positions read element 0 (a real value: masked downstream)."""
+        total = math.prod(f[0] for f in factors)
+        index, _ = self.layout(factors)
+        index = self.add("reshape", (index,), _INT64, (total,))
+        return self.add("reshape", (self.add("gather", (flat, index), dtype, (total,), (0,)),), dtype, shape_b)
+
+    def compact(self, x: int, dtype: int, factors: list[tuple]) -> int:
+        """x (the factor shape at B) as a flat [N_B] value with its valid elements first,
+        row-major at s: element j reads the padded position of the j-th valid element."""
+        total = math.prod(f[0] for f in factors)
+        j = self.add("iota", (), _INT64, (total,), (0,))
+        one = self.const(1, _INT64)  # a factor valid for 0 elements divides as 1 (nothing is valid)
+        sizes = [self.add("max", (self.fit(f[1]), one), _INT64, ()) if f[1] is not None else
+                 self.const(f[0], _INT64) for f in factors]
+        source = None
+        rest = j
+        bstride = 1
+        for k in reversed(range(len(factors))):
+            size = self.broadcast(sizes[k], _INT64, (total,))
+            digit = self.add("rem", (rest, size), _INT64, (total,))
+            rest = self.add("div", (rest, size), _INT64, (total,))
+            if bstride > 1:
+                digit = self.add("mul", (digit, self.broadcast(self.const(bstride, _INT64), _INT64, (total,))),
+                                 _INT64, (total,))
+            source = digit if source is None else self.add("add", (source, digit), _INT64, (total,))
+            bstride *= factors[k][0]
+        inside = self.add("compare", (rest, self.broadcast(self.const(0, _INT64), _INT64, (total,))), _BOOL,
+                          (total,), (0,))  # eq: j below the number of valid elements
+        for f in factors:  # and none of them is 0
+            if f[1] is not None:
+                some = self.add("compare", (self.fit(f[1]), self.const(0, _INT64)), _BOOL, (), (4,))  # gt
+                inside = self.add("and", (inside, self.broadcast(some, _BOOL, (total,))), _BOOL, (total,))
+        source = self.add("select", (inside, source, self.broadcast(self.const(0, _INT64), _INT64, (total,))),
+                          _INT64, (total,))
+        flat = self.add("reshape", (x,), dtype, (total,))
+        return self.add("gather", (flat, source), dtype, (total,), (0,))
 
     def masked(self, x: int, dtype: int, shape: tuple, mask: int | None, fill) -> int:
         if mask is None:
@@ -237,7 +304,11 @@ def pad_graph(graph: tuple, trie: dict, at_bucket: tuple[int, ...], num_bases: i
                      for d in range(len(shape))]
                 padded_inputs[binding] = v
                 input_shapes[binding] = shape_b
-            nid = em.add(op, (), dtype, shape_b, iattrs)
+                factors = [f[:2] for dim in v for f in dim]
+                flat = em.add(op, (), dtype, (math.prod(shape_b),), iattrs)
+                nid = em.uncompact(flat, dtype, factors, shape_b)
+            else:
+                nid = em.add(op, (), dtype, shape_b, iattrs)
         elif op == "constant":
             if iattr_fits:  # an integer that depends on s: computed from the bases at run time
                 value = em.fit(iattr_fits[0])
@@ -419,23 +490,45 @@ def pad_graph(graph: tuple, trie: dict, at_bucket: tuple[int, ...], num_bases: i
     ret_fits: dict = trie.get(2, {})
     new_returns = []
     narrow: dict[int, list[tuple[int, _Fit]]] = {}
-    merged: dict[int, list[tuple]] = {}
+    compact: dict[int, list[tuple]] = {}
+    input_views: dict[int, tuple] = {}
     consts: dict[int, _Fit] = {}
     passed: dict[int, int] = {}
+    extra_outputs: list[tuple] = []
+    base_views: dict[int, tuple] = {}
+    compacted_at: dict[int, int] = {}
+
+    def compacted(node: int) -> int:
+        """The new-output index of node's compacted value (added once)."""
+        if node not in compacted_at:
+            factors = [f[:2] for d in valid[node] for f in d]
+            extra_outputs.append((em.compact(new_id[node], nodes[node][2], factors), -1))
+            compacted_at[node] = len(news) + len(extra_outputs) - 1
+        return compacted_at[node]
+
     for k, r in enumerate(returns):
         fits = ret_fits.get(k)
         if r[0] == "i" and r[1] in padded_inputs:
             passed[k] = r[1]  # the graph returns its input: the caller's, not the padded copy
             cut = []
-        elif r[0] == "n":
+        elif r[0] == "n" and not all(_plain(d) for d in valid[news[r[1]]]):
+            # Compacted in the program: the caller gets a contiguous tensor at s whose storage
+            # holds N_B elements, which a padded graph it reaches next binds without a copy.
             dims = valid[news[r[1]]]
-            if any(len(d) > 1 and not _plain(d) for d in dims):
-                merged[k] = [tuple(f[:2] for f in d) for d in dims]
-                cut = []
-            else:
-                cut = [(d, f[0][1]) for d, f in enumerate(dims) if not _plain(f)]
-        elif r[0] in ("v", "w") and (fits or (r[0] == "w" and not all(_plain(d) for d in valid[news[r[1]]]))
-                                     or (r[0] == "v" and r[1] in padded_inputs)):
+            compact[k] = [tuple(f[:2] for f in d) for d in dims]
+            r = ("n", compacted(news[r[1]]))
+            cut = []
+        elif r[0] == "w" and not all(_plain(d) for d in valid[news[r[1]]]) and _contiguous_at_b(r, fits, at_bucket):
+            # A view of a padded result that is contiguous at every size: the same view, at s,
+            # of the compacted result (what the exact program returns).
+            base_views[k] = (r, fits or {})
+            r = ("n", compacted(news[r[1]]))
+            cut = []
+        elif r[0] == "v" and r[1] in padded_inputs:
+            input_views[k] = (r[1], r, fits or {})  # taken on the caller's tensor, at s
+            r = ("c", None)
+            cut = []
+        elif r[0] in ("v", "w") and (fits or (r[0] == "w" and not all(_plain(d) for d in valid[news[r[1]]]))):
             r = _apply(r, fits or {}, at_bucket)
             base = valid[news[r[1]]] if r[0] == "w" else padded_inputs.get(r[1]) or []
             cut = _view_cut(r, (fits or {}).get(2, {}), base)
@@ -449,8 +542,16 @@ def pad_graph(graph: tuple, trie: dict, at_bucket: tuple[int, ...], num_bases: i
         if cut:
             narrow[k] = cut
         new_returns.append(r)
-    lg = LoweredGraph(em.nodes, new_outputs, new_returns, rng_counters, num_inputs + num_bases, list(ops), [])
-    return PaddedGraph(lg, bucket, num_bases, padded_inputs, input_shapes, narrow, merged, consts, passed)
+    lg = LoweredGraph(em.nodes, new_outputs + extra_outputs, new_returns, rng_counters, num_inputs + num_bases,
+                      list(ops), [])
+    return PaddedGraph(lg, bucket, num_bases, padded_inputs, input_shapes, narrow, compact, input_views,
+                       base_views, consts, passed)
+
+
+def _contiguous_at_b(r: tuple, fits: dict | None, at_bucket: tuple[int, ...]) -> bool:
+    """Whether a "w" return's base is contiguous at the bucket (and so, fitted, at every size)."""
+    rb = _apply(r, fits or {}, at_bucket)
+    return list(rb[6]) == _contiguous_strides(list(rb[5]))
 
 
 def _view_cut(r: tuple, size_fits: dict, base: list[tuple]) -> list[tuple[int, _Fit]]:
@@ -472,36 +573,54 @@ def _view_cut(r: tuple, size_fits: dict, base: list[tuple]) -> list[tuple[int, _
     return cut
 
 
+def _bind(x: torch.Tensor, total: int) -> torch.Tensor:
+    """x's elements, row-major, as the first of `total`: a view of its storage where that holds
+    them (a padded graph's compacted result), else a copy padded on the host (an upload, not a
+    device program: on PJRT a program per size is an XLA compile per size)."""
+    x = x.contiguous()
+    room = x.untyped_storage().nbytes() // x.element_size() - x.storage_offset()
+    if room >= total:
+        return x.as_strided((total,), (1,), x.storage_offset())
+    buf = torch.zeros(total, dtype=x.dtype)
+    buf[:x.numel()] = x.reshape(-1).cpu()
+    return buf.to(x.device)
+
+
 def run_padded(pg: PaddedGraph, run, args: list, constants: list, at_s: tuple[int, ...]) -> list:
-    """run (the padded program's) on args padded to the bucket, the graph's constants and the
-    bases at s; results narrowed to their valid elements."""
+    """run (the padded program's) on args bound at the bucket, the graph's constants and the
+    bases at s; results at s."""
     given = args
     args = list(args)
     for i, shape in pg.input_shapes.items():
-        x = args[i]
-        buf = x.new_zeros(shape)
-        factors = [f for dim in pg.padded_inputs[i] for f in dim]
-        valid = [n if fit is None else _value(fit, at_s) for n, fit, *_ in factors]
-        buf.view([n for n, *_ in factors])[tuple(slice(0, n) for n in valid)] = x.reshape(valid)
-        args[i] = buf
+        args[i] = _bind(args[i], math.prod(shape))
     outs = run([*args, *constants, *at_s[:pg.num_bases]])
     for k, dims in pg.narrow.items():
         t = outs[k]
         for d, fit in dims:
             t = t.narrow(d, 0, _value(fit, at_s))
-        # Copied: Dynamo traced contiguous results (a later .view() needs one). Saved
-        # activations could stay padded for a padded backward: not built yet.
-        outs[k] = t.contiguous()
+        outs[k] = t
     for k, fit in pg.consts.items():
         outs[k] = _value(fit, at_s)
     for k, i in pg.passed.items():
         outs[k] = given[i]
-    for k, dims in pg.merged.items():
-        factors = [f for dim in dims for f in dim]
-        valid = [n if fit is None else _value(fit, at_s) for n, fit in factors]
-        part = outs[k].view([n for n, _ in factors])[tuple(slice(0, n) for n in valid)]
-        outs[k] = part.reshape([math.prod(n if fit is None else _value(fit, at_s) for n, fit in dim) for dim in dims])
+    for k, dims in pg.compact.items():
+        sizes = [math.prod(n if fit is None else _value(fit, at_s) for n, fit in dim) for dim in dims]
+        outs[k] = outs[k].as_strided(sizes, _contiguous_strides(sizes), 0)
+    for k, (r, fits) in pg.base_views.items():
+        _, _, sizes, strides, offset, *_ = _apply(r, fits, at_s)
+        outs[k] = outs[k].as_strided(sizes, strides, offset)
+    for k, (i, r, fits) in pg.input_views.items():
+        _, _, sizes, strides, offset, *_ = _apply(r, fits, at_s)
+        outs[k] = given[i].as_strided(sizes, strides, given[i].storage_offset() + offset)
     return outs
+
+
+def _contiguous_strides(sizes: list[int]) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= max(n, 1)
+    return strides[::-1]
 
 
 def check(padded: list, exact: list, s: int, bucket: int) -> None:
