@@ -123,8 +123,10 @@ const std::vector<EnvVar>& registry() {
        "torch.compile with dynamic shapes: run a graph learned across sizes (see "
        "TORCH_TPU_COMPILE_MAX_SHAPES) as one padded program per bucket of sizes, the padding masked "
        "out of every reduction, contraction and scatter so results equal the unpadded run. `auto`: "
-       "on PJRT (where each size is an XLA compile), powers of two from 16; `off`: exact sizes; "
-       "`pow2`: powers of two on every runtime; or comma-separated sizes. A graph that cannot run "
+       "on PJRT (where each size is an XLA compile) the default buckets, powers of two from 16 and "
+       "from 128 on also the 1.5x steps between them (16, 32, 64, 128, 192, 256, 384, 512, ...: 8 "
+       "programs per graph for 16..512); exact sizes on the host runtime. `on`: the default buckets "
+       "on every runtime; `pow2`: powers of two from 16; `off`: exact sizes; or comma-separated sizes. A graph that cannot run "
        "padded warns once with the op and keeps exact sizes. Python: torch_tpu.compile.set_buckets()."},
       {"TORCH_TPU_LOG", "",
        "Comma-separated diagnostics printed to stderr as they happen: `recompiles` prints every "

@@ -153,3 +153,18 @@ def test_gpt2_training_at_bucketed_lengths_matches_cpu() -> None:
     # 4 graphs (model and loss, forward and backward), each at most once per bucket used.
     assert 4 <= stats()["graph_buckets"] <= 4 * 5, stats()
     assert stats()["bucket_rejections"] == 0, stats()
+
+
+def test_default_buckets_compile_at_most_8_programs_for_16_to_512() -> None:
+    used = {padded_buckets.bucket_for(n, padded_buckets.default_buckets()) for n in range(16, 513)}
+    assert sorted(used) == [16, 32, 64, 128, 192, 256, 384, 512]
+    # Past 128 a length is padded by less than half (pow2 alone: nearly double).
+    assert all(padded_buckets.bucket_for(n, padded_buckets.default_buckets()) < n * 3 / 2 for n in range(129, 513))
+    padded_buckets.set_buckets("pow2")
+    assert padded_buckets.buckets()[:4] == [16, 32, 64, 128]
+    padded_buckets.set_buckets("on")
+    assert padded_buckets.buckets()[:6] == [16, 32, 64, 128, 192, 256]
+    padded_buckets.set_buckets("off")
+    assert padded_buckets.buckets() is None
+    with pytest.raises(ValueError, match="comma-separated sizes"):
+        padded_buckets.set_buckets("sometimes")

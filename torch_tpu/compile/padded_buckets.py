@@ -644,9 +644,22 @@ def bucket_for(s: int, buckets: list[int]) -> int | None:
     return next((b for b in buckets if b >= s), None)
 
 
-def default_buckets(lo: int = 16, hi: int = 1 << 20) -> list[int]:
-    """Powers of two from lo: any run of sizes up to N compiles O(log N) programs."""
+def pow2_buckets(lo: int = 16, hi: int = 1 << 20) -> list[int]:
+    """Powers of two from lo."""
     return [1 << k for k in range(int(math.log2(lo)), int(math.log2(hi)) + 1)]
+
+
+def default_buckets(lo: int = 16, hi: int = 1 << 20, fine_from: int = 128) -> list[int]:
+    """Powers of two from lo, and from fine_from on also the midway 1.5x steps (192, 384, ...):
+    any run of sizes up to N compiles O(log N) programs (8 for 16..512), and past fine_from,
+    where the tokens' work outweighs a program's fixed cost, padding adds less than half
+    instead of nearly doubling."""
+    out = []
+    for b in pow2_buckets(lo, hi):
+        if b > fine_from and b // 2 >= lo:
+            out.append(b * 3 // 4)
+        out.append(b)
+    return out
 
 
 _UNSET = object()
@@ -661,12 +674,14 @@ def _parse(text: str) -> list[int] | None:
         return default_buckets() if _C._runtime_name() == "pjrt" else None
     if text in ("off", "0", ""):
         return None
-    if text == "pow2":
+    if text == "on":
         return default_buckets()
+    if text == "pow2":
+        return pow2_buckets()
     try:
         sizes = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise ValueError(f"TORCH_TPU_COMPILE_BUCKETS={text!r}: expected auto, off, pow2 or comma-separated sizes") \
+        raise ValueError(f"TORCH_TPU_COMPILE_BUCKETS={text!r}: expected auto, on, off, pow2 or comma-separated sizes") \
             from None
     if not sizes or sizes[0] < 1:
         raise ValueError(f"TORCH_TPU_COMPILE_BUCKETS={text!r}: sizes must be positive")
@@ -675,8 +690,8 @@ def _parse(text: str) -> list[int] | None:
 
 def set_buckets(buckets: list[int] | str | None) -> None:
     """Run dynamic-shape compiled graphs padded to these sizes: a list of sizes, ``"auto"``
-    (powers of two from 16 on PJRT, exact sizes on the host runtime), ``"pow2"``, or None for
-    exact sizes. TORCH_TPU_COMPILE_BUCKETS sets the start value."""
+    (default_buckets() on PJRT, exact sizes on the host runtime), ``"on"`` (default_buckets()
+    on every runtime), ``"pow2"`` (powers of two from 16), or None for exact sizes. TORCH_TPU_COMPILE_BUCKETS sets the start value."""
     global _buckets
     _buckets = _parse(buckets) if isinstance(buckets, str) else (sorted(buckets) if buckets else None)
 
