@@ -97,10 +97,60 @@ def test_stablehlo_strided_view_arguments_and_permuted_results():
     y = g.neg(x)
     text = _C._stablehlo_emit(g.serialize(), [y.id], flat_tensors=True, argument_views=[(30, [10, 2])],
                               result_layouts=[[1, 0]])
-    assert "%arg0: tensor<30xf32>, %arg1: tensor<i64>" in text and '"stablehlo.gather"' in text
+    # A box of the row-major [3, 5, 2] container laid from the view's first element: slices of
+    # its span, no per-element gather.
+    assert "%arg0: tensor<30xf32>, %arg1: tensor<i64>" in text and '"stablehlo.gather"' not in text
+    assert '"stablehlo.dynamic_slice"' in text
     for o in (0, 1, 2):
         (out,) = run_module(text, [base.reshape(-1), torch.tensor(o)])
         torch.testing.assert_close(out, (-base[:, o:o + 8:2]).t().reshape(-1))
+
+
+def test_stablehlo_strided_views_of_one_projection():
+    # q, k and v of attention as AOTAutograd saves them: transposed slices of one [b, t, 3 * d]
+    # projection (strides t * 3d, hd, 3d, 1), each at its own offset, read and written in place.
+    b, t, heads, hd = 2, 5, 3, 4
+    d = heads * hd
+    base = torch.randn(b, t, 3 * d)
+    views = [base[:, :, i * d:(i + 1) * d].view(b, t, heads, hd).transpose(1, 2) for i in range(3)]
+    strides = list(views[0].stride())
+    g = GraphBuilder()
+    x = g.parameter(0, torch.float32, (b, heads, t, hd))
+    y = g.neg(x)
+    text = _C._stablehlo_emit(g.serialize(), [y.id], flat_tensors=True, argument_views=[(base.numel(), strides)])
+    assert '"stablehlo.gather"' not in text and '"stablehlo.transpose"' in text
+    for i, v in enumerate(views):
+        (out,) = run_module(text, [base.reshape(-1), torch.tensor(v.storage_offset())])
+        torch.testing.assert_close(out, (-v).reshape(-1))
+    # Written into the k slice: the q and v slices (the view's gaps) keep their values.
+    text = _C._stablehlo_emit(g.serialize(), [y.id], flat_tensors=True,
+                              result_views=[(base.numel(), strides, True)])
+    assert '"stablehlo.scatter"' not in text
+    value = torch.randn(b, heads, t, hd)
+    (out,) = run_module(text, [value.reshape(-1), base.reshape(-1), torch.tensor(views[1].storage_offset())])
+    ref = base.clone()
+    ref[:, :, d:2 * d].view(b, t, heads, hd).transpose(1, 2).copy_(-value)
+    torch.testing.assert_close(out, ref.reshape(-1))
+
+
+def test_stablehlo_strided_views_that_are_no_box_gather():
+    # Overlapping views (strides 3 and 2: element 6 is both [0, 3] and [2, 0]) and single
+    # elements: the per-element gather/scatter, and a 1-element box.
+    base = torch.randn(20)
+    g = GraphBuilder()
+    x = g.parameter(0, torch.float32, (3, 4))
+    y = g.neg(x)
+    text = _C._stablehlo_emit(g.serialize(), [y.id], flat_tensors=True, argument_views=[(20, [3, 2])])
+    assert '"stablehlo.gather"' in text
+    for o in (0, 5):
+        (out,) = run_module(text, [base, torch.tensor(o)])
+        torch.testing.assert_close(out, -base.as_strided((3, 4), (3, 2), o).reshape(-1))
+    g = GraphBuilder()
+    x = g.parameter(0, torch.float32, (1, 1))
+    y = g.neg(x)
+    text = _C._stablehlo_emit(g.serialize(), [y.id], flat_tensors=True, argument_views=[(20, [7, 1])])
+    (out,) = run_module(text, [base, torch.tensor(19)])
+    torch.testing.assert_close(out, -base[19:])
 
 
 def test_stablehlo_result_scattered_into_a_strided_view():
