@@ -57,6 +57,10 @@ CASES: dict[str, tuple[Callable[[int], list[torch.Tensor]], Callable]] = {
                                                          F.pad(t, (0, 1), value=-100)[:, 2:].reshape(-1))),
     "attention_causal": (lambda n: [torch.randn(2, n, 2, 8)], lambda q: _attention(q.transpose(1, 2), True).sum(2)),
     "attention_full": (lambda n: [torch.randn(2, n, 2, 8)], lambda q: _attention(q.transpose(1, 2), False)),
+    # Rows of 32K elements and more, compacted row by row (XLA's CPU plugin once got them wrong).
+    "flattened_wide_rows": (lambda n: [torch.randn(2, n, 256)], lambda x: (x * 2).reshape(-1, 256)),
+    # A result padded along two dims: compacted by one gather, not by rows.
+    "pairwise_scores": (lambda n: [torch.randn(2, n, 4)], lambda x: torch.softmax(x @ x.transpose(1, 2), -1)),
     "contraction_over_tokens": (lambda n: [torch.randn(2, n, 4), torch.randn(2, n, 3)],
                                 lambda a, b: torch.einsum("bnk,bnj->kj", a, b)),
 }

@@ -40,6 +40,7 @@ _ELEMENTWISE = frozenset(OPS[OP_ID["neg"]:OP_ID["convert"] + 1])
 _INT64 = SCALAR_TYPE_CODE[torch.int64]
 _BOOL = SCALAR_TYPE_CODE[torch.bool]
 _DTYPE = {v: k for k, v in SCALAR_TYPE_CODE.items()}
+_MAX_ROWS = 64  # compaction by row moves up to this many rows; more take one gather
 
 
 class Rejected(Exception):
@@ -163,10 +164,33 @@ class _Emitter:
                              _INT64, shape)
         return index, valid
 
+    def rows(self, factors: list[tuple]) -> tuple[int, int, int] | None:
+        """(rows, row length at B, the padded factor's index) when one factor is padded and at
+        most _MAX_ROWS rows lie outside it: the layouts then differ by whole rows, which move
+        with dynamic slices at run-time offsets (no per-element index arithmetic)."""
+        padded = [k for k, f in enumerate(factors) if f[1] is not None]
+        if len(padded) != 1:
+            return None
+        k = padded[0]
+        rows = math.prod(f[0] for f in factors[:k])
+        return (rows, math.prod(f[0] for f in factors[k:]), k) if rows <= _MAX_ROWS else None
+
+    def row_offset(self, factors: list[tuple], k: int, row: int) -> int:
+        """Where row `row` starts in the layout at s: row * fit(s) * (elements after factor k)."""
+        inner = math.prod(f[0] for f in factors[k + 1:])
+        return self.add("mul", (self.fit(factors[k][1]), self.const(row * inner, _INT64)), _INT64, ())
+
     def uncompact(self, flat: int, dtype: int, factors: list[tuple], shape_b: tuple) -> int:
         """The padded value of shape_b from a flat [N_B] input holding its valid elements first,
-        row-major at s; padded positions read element 0 (a real value: masked downstream)."""
+        row-major at s; padded positions read other real values (masked downstream)."""
         total = math.prod(f[0] for f in factors)
+        rows = self.rows(factors)
+        if rows is not None:  # row o of the padded layout is the B-long run from o's offset at s
+            n, length, k = rows
+            parts = [self.add("reshape", (self.add("dynamic_slice", (flat, self.row_offset(factors, k, o)), dtype,
+                                                   (length,), (length,)),), dtype, (1, length)) for o in range(n)]
+            whole = parts[0] if n == 1 else self.add("concatenate", tuple(parts), dtype, (n, length), (0,))
+            return self.add("reshape", (whole,), dtype, shape_b)
         index, _ = self.layout(factors)
         index = self.add("reshape", (index,), _INT64, (total,))
         return self.add("reshape", (self.add("gather", (flat, index), dtype, (total,), (0,)),), dtype, shape_b)
@@ -175,6 +199,17 @@ class _Emitter:
         """x (the factor shape at B) as a flat [N_B] value with its valid elements first,
         row-major at s: element j reads the padded position of the j-th valid element."""
         total = math.prod(f[0] for f in factors)
+        rows = self.rows(factors)
+        if rows is not None:  # each padded row written whole at its offset at s, in order:
+            n, length, k = rows  # row o + 1 overwrites row o's padding
+            grid = self.add("reshape", (x,), dtype, (n, length))
+            zero = self.const(0, _INT64)
+            flat = self.broadcast(self.const(0, dtype), dtype, (total,))
+            for o in range(n):
+                row = self.add("reshape", (self.add("dynamic_slice", (grid, self.const(o, _INT64), zero), dtype,
+                                                    (1, length), (1, length)),), dtype, (length,))
+                flat = self.add("dynamic_update_slice", (flat, row, self.row_offset(factors, k, o)), dtype, (total,))
+            return flat
         j = self.add("iota", (), _INT64, (total,), (0,))
         one = self.const(1, _INT64)  # a factor valid for 0 elements divides as 1 (nothing is valid)
         sizes = [self.add("max", (self.fit(f[1]), one), _INT64, ()) if f[1] is not None else
