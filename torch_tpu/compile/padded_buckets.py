@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from ..ir.builder import OP_ID, OPS, REDUCE_KINDS, SCALAR_TYPE_CODE, SCATTER_MODES, _identity
+from ..lowering.core import contiguous_strides
 from .graph_templates import _apply
 from .lower_graph import LoweredGraph
 
@@ -586,7 +587,7 @@ def pad_graph(graph: tuple, trie: dict, at_bucket: tuple[int, ...], num_bases: i
 def _contiguous_at_b(r: tuple, fits: dict | None, at_bucket: tuple[int, ...]) -> bool:
     """Whether a "w" return's base is contiguous at the bucket (and so, fitted, at every size)."""
     rb = _apply(r, fits or {}, at_bucket)
-    return list(rb[6]) == _contiguous_strides(list(rb[5]))
+    return list(rb[6]) == contiguous_strides(list(rb[5]))
 
 
 def _view_cut(r: tuple, size_fits: dict, base: list[tuple]) -> list[tuple[int, _Fit]]:
@@ -640,7 +641,7 @@ def run_padded(pg: PaddedGraph, run, args: list, constants: list, at_s: tuple[in
         outs[k] = given[i]
     for k, dims in pg.compact.items():
         sizes = [math.prod(n if fit is None else _value(fit, at_s) for n, fit in dim) for dim in dims]
-        outs[k] = outs[k].as_strided(sizes, _contiguous_strides(sizes), 0)
+        outs[k] = outs[k].as_strided(sizes, contiguous_strides(sizes), 0)
     for k, (r, fits) in pg.base_views.items():
         _, _, sizes, strides, offset, *_ = _apply(r, fits, at_s)
         outs[k] = outs[k].as_strided(sizes, strides, offset)
@@ -648,14 +649,6 @@ def run_padded(pg: PaddedGraph, run, args: list, constants: list, at_s: tuple[in
         _, _, sizes, strides, offset, *_ = _apply(r, fits, at_s)
         outs[k] = given[i].as_strided(sizes, strides, given[i].storage_offset() + offset)
     return outs
-
-
-def _contiguous_strides(sizes: list[int]) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(sizes):
-        strides.append(step)
-        step *= max(n, 1)
-    return strides[::-1]
 
 
 def check(padded: list, exact: list, s: int, bucket: int) -> None:
