@@ -18,8 +18,11 @@ census: docs/notes/padded-buckets.md):
   depends on s, sorts, windows, random numbers, position values along a merged dimension, ...)
   reject the bucket with the reason, and the graph keeps exact programs per size.
 
-Inputs are copied into zeroed buffers of the bucket's shape (pad_inputs); outputs are returned
-as views of their first fit(s) elements.
+Padded inputs and results cross the program boundary in their compact layout at s (valid
+elements first, row-major): an input is bound as the first N_B elements of its storage and the
+program rebuilds the padded layout from them; a result is compacted in the program and
+returned as a contiguous view at s of its N_B-element storage, which the next padded graph
+binds as it is (run_padded). Nothing outside the bucket program depends on s but views.
 """
 
 from __future__ import annotations
