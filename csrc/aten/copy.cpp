@@ -8,6 +8,8 @@
 // device -> host: waits for the source device's current stream, then reads.
 // device -> device (same device): an IR program (aten::copy lowered), like any other op.
 // device -> other device: waits for the source, stages on the host, queues the write.
+#include <string_view>
+
 #include <ATen/Functions.h>
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/DeviceGuard.h>
@@ -17,9 +19,11 @@
 #include "device/stream.h"
 #include "exec/call.h"
 #include "exec/metrics.h"
+#include "exec/mode.h"
 #include "exec/poison.h"
 #include "exec/profiler.h"
 #include "runtime/residency.h"
+#include "runtime/select.h"
 
 namespace torch_tpu::aten {
 namespace {
@@ -114,6 +118,24 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     exec::metrics().bytes_from_device += static_cast<uint64_t>(src.numel()) * src.itemsize();
     self.copy_(host_view(src, Access::kRead));
   }
+  return self;
+}
+
+at::Tensor& zero_(at::Tensor& self) {
+  // On a device runtime (PJRT), a fill program is compiled per shape (an XLA compile each). The zeros of a tensor nothing else references (torch.zeros, the gradients
+  // autograd materializes for unused outputs at every new length) are written on the host
+  // mirror like an upload instead. Small ones only, outside fused mode (its graphs record fills).
+  constexpr int64_t kMaxHostZeroBytes = 4 << 20;
+  static const bool device_runtime = std::string_view(runtime::selected_runtime().name()) != "host";
+  if (device_runtime && exec::mode() != exec::Mode::Fused && self.numel() > 0 &&
+      self.numel() * static_cast<int64_t>(self.itemsize()) <= kMaxHostZeroBytes &&
+      self.is_non_overlapping_and_dense() && self.use_count() == 1 && self.storage().use_count() == 1) {
+    write_to_device(self, at::zeros({}, self.options().device(c10::kCPU)));
+    return self;
+  }
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::zero_", "");
+  torch::jit::Stack stack{self};
+  exec::run_lowered(op, &stack);
   return self;
 }
 

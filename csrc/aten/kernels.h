@@ -57,6 +57,7 @@ at::Tensor host_view(const at::Tensor& t, Access access);
 // reference of a tensor that has a Python object takes the GIL (common/blocking_wait.h).
 at::Tensor detached_alias(const at::Tensor& t);
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking);
+at::Tensor& zero_(at::Tensor& self);
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
 c10::Scalar local_scalar_dense(const at::Tensor& self);

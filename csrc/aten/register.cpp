@@ -28,6 +28,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view_as_complex", TORCH_FN(view_as_complex));
   // copies and host reads
   m.impl("copy_", TORCH_FN(copy_));
+  m.impl("zero_", TORCH_FN(zero_));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));

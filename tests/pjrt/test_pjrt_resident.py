@@ -230,3 +230,22 @@ def test_memory_stats_report_resident_bytes() -> None:
     else:
         assert grown == 0, grown
     assert torch.equal(t.cpu(), torch.full((1000,), 2.0))
+
+
+def test_zeros_of_new_shapes_compile_no_program() -> None:
+    # torch.zeros (and the zero gradients autograd makes for unused outputs, at every new length
+    # of a variable-length loop) is written on the host mirror, not a fill program per shape.
+    before = _C._pjrt_info()["compiles"]
+    zs = [torch.zeros(2, n, 8, device="tpu") for n in (3, 5, 7)]
+    assert _C._pjrt_info()["compiles"] == before
+    for z in zs:
+        torch.testing.assert_close(z.cpu(), torch.zeros(z.shape))
+    # Read by a program after a resident value was written over it, and zeroed again.
+    x = torch.randn(4, 6)
+    t = x.to("tpu") + 1
+    torch.testing.assert_close((t + torch.zeros(4, 6, device="tpu")).cpu(), x + 1)
+    t.zero_()  # referenced elsewhere (the test holds it): the lowering path
+    torch.testing.assert_close(t.cpu(), torch.zeros(4, 6))
+    with torch_tpu.mode("fused"):  # recorded into the fused graph, as before
+        u = torch.zeros(3, 3, device="tpu") + 2
+    torch.testing.assert_close(u.cpu(), torch.full((3, 3), 2.0))
