@@ -12,6 +12,7 @@
 #include "device/allocator.h"
 #include "device/device.h"
 #include "device/stream.h"
+#include "runtime/residency.h"
 
 namespace torch_tpu::aten {
 namespace {
@@ -101,6 +102,9 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::op
   if (needed > self.storage().nbytes() && self.storage().nbytes() > 0) {
     device::FlushCauseScope cause(device::FlushCause::kResize);
     device::synchronize_device(self.device().index());
+    // ATen copies the old bytes on the host: where the latest ones live on the device (PJRT's
+    // resident buffers), bring them back first, or the grown tensor reads stale memory.
+    runtime::before_host_read(self.storage().data(), self.storage().nbytes());
   }
   return at::native::resize_(self, size, format);
 }

@@ -249,3 +249,12 @@ def test_zeros_of_new_shapes_compile_no_program() -> None:
     with torch_tpu.mode("fused"):  # recorded into the fused graph, as before
         u = torch.zeros(3, 3, device="tpu") + 2
     torch.testing.assert_close(u.cpu(), torch.full((3, 3), 2.0))
+
+
+def test_growing_a_resident_tensor_keeps_its_device_values() -> None:
+    # resize_ moves the memory by copying its host bytes: the device's newer ones come back first.
+    a = torch.arange(4.0).to("tpu")
+    a.add_(1)  # a program output: its latest bytes live on the device
+    a.resize_(8)
+    a[4:] = 9.0
+    torch.testing.assert_close(a.cpu(), torch.tensor([1.0, 2.0, 3.0, 4.0, 9.0, 9.0, 9.0, 9.0]))
