@@ -62,6 +62,9 @@ def test_cache_reuse_and_empty_cache() -> None:
     _settle()
     torch.tpu.empty_cache()
     reserved0 = torch.tpu.memory_reserved()
+    # Free blocks that empty_cache cannot return: they share a small-block segment with tensors
+    # earlier tests keep alive (0 when the suite runs this file alone).
+    pinned0 = reserved0 - torch.tpu.memory_allocated()
     a = torch.empty(2 * MiB, dtype=torch.uint8, device="tpu")
     assert torch.tpu.memory_reserved() == reserved0 + 2 * MiB
     hits = torch.tpu.memory_stats()["num_cache_hits"]
@@ -74,7 +77,8 @@ def test_cache_reuse_and_empty_cache() -> None:
     assert torch.tpu.memory_reserved() == reserved0 + 2 * MiB
     del b
     torch.tpu.empty_cache()
-    assert torch.tpu.memory_reserved() == reserved0 == torch.tpu.memory_allocated()
+    assert torch.tpu.memory_reserved() == reserved0
+    assert torch.tpu.memory_reserved() - torch.tpu.memory_allocated() == pinned0
     assert torch.tpu.max_memory_reserved() >= reserved0 + 2 * MiB
 
 
