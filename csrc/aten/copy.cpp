@@ -122,9 +122,10 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
 }
 
 at::Tensor& zero_(at::Tensor& self) {
-  // On a device runtime (PJRT), a fill program is compiled per shape (an XLA compile each). The zeros of a tensor nothing else references (torch.zeros, the gradients
-  // autograd materializes for unused outputs at every new length) are written on the host
-  // mirror like an upload instead. Small ones only, outside fused mode (its graphs record fills).
+  // On a device runtime (PJRT), a fill program is compiled per shape (an XLA compile each).
+  // The zeros of a tensor nothing else references (torch.zeros, the gradients autograd
+  // materializes for unused outputs at every new length) are written on the host mirror like
+  // an upload instead. Small ones only, outside fused mode (its graphs record fills).
   constexpr int64_t kMaxHostZeroBytes = 4 << 20;
   static const bool device_runtime = std::string_view(runtime::selected_runtime().name()) != "host";
   if (device_runtime && exec::mode() != exec::Mode::Fused && self.numel() > 0 &&
