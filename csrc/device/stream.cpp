@@ -299,6 +299,8 @@ void synchronize_device(c10::DeviceIndex index) {
   }
 }
 
+void raise_pending_error(const c10::Stream& stream) { queue_of(stream).rethrow_pending(); }
+
 c10::Stream default_stream(c10::DeviceIndex index) {
   check_index(index);
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index), 0);

@@ -55,6 +55,9 @@ void wait_for_ticket(const c10::Stream& stream, uint64_t ticket);
 void synchronize_stream(const c10::Stream& stream);
 // True if the stream has no unfinished work (lock-free; used on the per-op path).
 bool query_stream(const c10::Stream& stream);
+// Re-raises the stream's pending error, if any (one relaxed load when there is none): work run
+// on the calling thread instead of being enqueued raises it as enqueue would.
+void raise_pending_error(const c10::Stream& stream);
 // Synchronizes every stream of a device (all devices if index < 0).
 void synchronize_device(c10::DeviceIndex index);
 

@@ -79,7 +79,7 @@ struct ProgramWork final : device::Work {
                     (op != nullptr ? op->qualname + (op->overload.empty() ? "" : "." + op->overload) : "compiled graph") +
                     " ran (errors of queued work surface at the next synchronization; "
                     "TORCH_TPU_LAUNCH_BLOCKING=1 raises them at the call)");
-      poison_outputs(written_storages(), fresh_outputs(), fates(), loss_of(e));
+      poison_outputs(written_storages(), fresh_outputs(), failure_fates(), loss_of(e));
       throw;
     }
     if (input_loss) poison_outputs(written_storages(), fresh_outputs(), fates(), *input_loss);
@@ -125,6 +125,10 @@ struct ProgramWork final : device::Work {
   const std::vector<runtime::OutputFate>& fates() const {
     static const std::vector<runtime::OutputFate> unknown;  // every output lost
     return program->executable->reports_fates() ? runtime::last_run_fates() : unknown;
+  }
+  const std::vector<runtime::OutputFate>& failure_fates() const {
+    static const std::vector<runtime::OutputFate> unknown;  // every output lost
+    return program->executable->reports_failure_fates() ? runtime::last_run_fates() : unknown;
   }
 };
 
@@ -340,7 +344,13 @@ void launch_program(const std::shared_ptr<compiler::Program>& prog, std::vector<
   if (debug) device::synchronize_stream(stream);
   if (debug || (prog->run_inline_when_idle && device::query_stream(stream))) {
     // On the calling thread: nothing is queued ahead of it, so the order is the queue's, and
-    // the caller's references keep every tensor alive for the duration.
+    // the caller's references keep every tensor alive for the duration. The stream's last work
+    // may have failed since this op was called: its error is raised here, as enqueue would, and
+    // a value it lost raises when this op would read or write it, instead of being used.
+    device::raise_pending_error(stream);
+    if (any_poisoned()) {
+      for (const at::Tensor& t : keep) check_not_poisoned(t);
+    }
     runtime::ExecutionDeviceGuard on(device);
     const int64_t start = profiler::enabled() ? profiler::now_ns() : 0;
     prog->executable->run(inputs, outputs, rng);

@@ -229,7 +229,7 @@ struct FusedWork final : device::Work {
       }
       e.add_context("torch_tpu (fused mode): raised when a pending graph ran (flushed by " + std::string(cause) +
                     "), " + where);
-      poison_outputs(written, fresh, fates(), loss_of(e));
+      poison_outputs(written, fresh, failure_fates(), loss_of(e));
       throw;
     }
     if (input_loss) poison_outputs(written, fresh, fates(), *input_loss);
@@ -238,6 +238,10 @@ struct FusedWork final : device::Work {
   const std::vector<runtime::OutputFate>& fates() const {
     static const std::vector<runtime::OutputFate> unknown;  // every output lost
     return program->executable->reports_fates() ? runtime::last_run_fates() : unknown;
+  }
+  const std::vector<runtime::OutputFate>& failure_fates() const {
+    static const std::vector<runtime::OutputFate> unknown;  // every output lost
+    return program->executable->reports_failure_fates() ? runtime::last_run_fates() : unknown;
   }
 };
 

@@ -123,6 +123,9 @@ class Executable {
   // True if run() honours Binding::lost and, after a failure or with lost inputs, continues
   // with the independent work and reports every output's fate (last_run_fates).
   virtual bool reports_fates() const { return false; }
+  // True if a run that throws reports every output's fate (last_run_fates), even where lost
+  // inputs are not honoured (the PJRT runtime's failed index checks write nothing).
+  virtual bool reports_failure_fates() const { return reports_fates(); }
   // Runs the program. Thread-safe (no mutable state). Throws c10::Error subclasses on
   // run-time failures (c10::IndexError for an out-of-range gather index); outputs may then be
   // partially written.

@@ -138,3 +138,35 @@ def test_an_in_place_update_queued_behind_a_failure_keeps_its_target() -> None:
             assert independent.cpu().tolist() == [5.0, 5.0]
         assert busy.shape == (256, 256)
 
+
+
+def test_an_op_run_on_an_idle_stream_after_a_failure_raises_instead_of_reading_lost_values() -> None:
+    # Small ops run on the calling thread when the stream is idle. When the stream went idle
+    # because its last work failed (and nothing has synchronized yet), such an op raises that
+    # failure instead of running. (The race this guards: the failure lands between the call's
+    # check of its arguments and its run on the now idle stream; `x.add_(r)` then read the lost
+    # r's stale memory into x, a flaky failure of the test above in CI. launch_program now
+    # raises the stream's pending error and checks lost values right before an inline run.)
+    with torch_tpu.mode("strict"):
+        x = torch.zeros(2, device="tpu")
+        big = torch.randn(256, 256, device="tpu")
+        for _ in range(5):  # until the failing op is queued (it may also fail before its call returns)
+            torch.tpu.synchronize()
+            busy = [big @ big for _ in range(4)]  # queued ahead: the failing op runs on the worker
+            try:
+                r = torch.arange(4.0, device="tpu")[torch.tensor([0, 9], device="tpu")]
+                break
+            except IndexError:
+                continue
+        else:
+            pytest.fail("the failing op never ran on the stream's worker")
+        stream = torch.tpu.current_stream()
+        while not stream.query():  # idle, the failure pending (query does not raise it)
+            pass
+        with pytest.raises(IndexError, match="out of bounds"):
+            x.add_(r)
+        with pytest.raises(IndexError, match="value was lost"):
+            r * 2
+        torch.tpu.synchronize()  # nothing left pending
+        assert x.cpu().tolist() == [0.0, 0.0]
+        assert busy[-1].shape == (256, 256)
