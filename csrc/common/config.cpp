@@ -35,6 +35,11 @@ const std::vector<EnvVar>& registry() {
        "PJRT runtime: keep program outputs on the device as PJRT buffers (uploaded and downloaded "
        "only when the host needs them). `0`: stage every program's inputs and outputs through host "
        "memory (for comparisons and debugging)."},
+      {"TORCH_TPU_PJRT_INDEX_CHECKS", "1",
+       "PJRT runtime: gathers and scatters check their indices on the device and an out-of-range "
+       "index raises IndexError when the program ends, as on the host runtime (a program with a "
+       "checked index then completes before the next one is launched). `0`: no checks; XLA "
+       "clamps a gather's out-of-range index and drops a scatter's (silently wrong results)."},
       {"TORCH_TPU_PJRT_ASYNC", "1",
        "PJRT runtime: a queued program whose outputs stay on the device completes asynchronously "
        "(the stream waits for it before other work and at synchronization). `0`: wait for each "

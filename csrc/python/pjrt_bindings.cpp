@@ -104,6 +104,10 @@ void init_pjrt_bindings(py::module_& m) {
         transfers["downloads"] = t.downloads.load();
         transfers["download_bytes"] = t.download_bytes.load();
         d["transfers"] = transfers;
+        py::dict checks;  // EmitOptions::index_checks
+        checks["checked_runs"] = rt->index_checks().checked_runs.load();
+        checks["failures"] = rt->index_checks().failures.load();
+        d["index_checks"] = checks;
         pjrt::ResidencyStats r = rt->residency_stats();
         py::dict resident;
         resident["entries"] = r.entries;
@@ -132,7 +136,7 @@ void init_pjrt_bindings(py::module_& m) {
         return d;
       },
       "The active PJRT runtime's client ({platform, devices, executions_per_device, compiles, "
-      "executable_cache, transfers, resident, ...}), or None on another runtime.");
+      "executable_cache, transfers, index_checks, resident, ...}), or None on another runtime.");
   m.def(
       "_pjrt_set_async",
       [](bool on) {

@@ -662,6 +662,27 @@ Val scatter_view(Body& b, const Val& flat, const Val& offset, const Shape& strid
 
 }  // namespace
 
+// Result `r` (node `node`, final value `v`) of a program with index checks: if an argument aliases
+// it (an in-place update), a failed check returns that argument as it was. A scatter into the
+// argument itself needs nothing: its updates are dropped already (and a select would stop XLA
+// from scattering in place).
+static Val keep_aliased_on_failure(Body& b, const ir::Graph& g, int32_t node, size_t r, const Val& v,
+                                   const std::vector<int32_t>& aliases, const std::vector<TType>& arg_types,
+                                   const Module& module, const Val& failed) {
+  for (size_t k = 0; k < aliases.size() && k < arg_types.size(); ++k) {
+    if (aliases[k] != static_cast<int32_t>(r)) continue;
+    const ir::Node& n = g.node(node);
+    if (n.kind == OpKind::kScatter) {
+      const ir::Node& x = g.node(n.operands.at(0));
+      if (x.kind == OpKind::kParameter && x.iattrs.at(0) == module.arguments.at(k).binding) return v;
+    }
+    TPU_CHECK_VALUE(arg_types[k].str() == v.type.str(), "StableHLO emitter: argument ", k, " (",
+                    arg_types[k].str(), ") aliases result ", r, " (", v.type.str(), ")");
+    return b.select(b.broadcast(failed, v.type.shape), Val{"%arg" + std::to_string(k), arg_types[k]}, v);
+  }
+  return v;
+}
+
 Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, const EmitOptions& options) {
   if (options.verify) ir::verify(g);
   for (char c : options.module_name)
@@ -754,6 +775,9 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
   int counter = 0;
   Body b(&body, &counter, 4);
   std::vector<Val> vals(static_cast<size_t>(g.size()));
+  IndexBounds bounds(g);
+  std::vector<Val> check_failed, check_reported;
+  std::optional<Val> any_failed;  // of the checks emitted so far
   for (int32_t i = 0; i < g.size(); ++i) {
     if (!live[static_cast<size_t>(i)]) continue;
     const ir::Node& n = g.node(i);
@@ -789,6 +813,24 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
     }
     std::vector<Val> in;
     for (int32_t op : n.operands) in.push_back(vals[static_cast<size_t>(op)]);
+    if (options.index_checks && (n.kind == OpKind::kGather || n.kind == OpKind::kScatter) &&
+        !in.at(0).type.shape.empty()) {
+      const bool gather = n.kind == OpKind::kGather;
+      const int64_t size = in[0].type.shape.at(static_cast<size_t>(n.iattrs.at(0)));
+      const size_t errors = gather ? 1 : 2;  // the attr that asks for RuntimeError (docs/ir.md)
+      if (g.node(n.operands[1]).numel() > 0 && !bounds.in_range(n.operands[1], size)) {
+        auto [failed, reported] = emit_index_check(b, in[1], size);
+        check_failed.push_back(failed);
+        check_reported.push_back(reported);
+        module.index_checks.push_back(
+            {gather ? "gather" : "scatter", i, size, n.iattrs.size() > errors && n.iattrs[errors] == 1});
+        any_failed = any_failed ? b.binary("stablehlo.or", *any_failed, failed) : failed;
+      }
+      if (!gather && any_failed) {  // a failing program writes nothing: every update is dropped
+        const Shape& s = in[1].type.shape;
+        in[1] = b.select(b.broadcast(*any_failed, s), b.isplat(size, "i64", s), in[1]);
+      }
+    }
     Val v = emit_node(b, n, in);
     TPU_CHECK(v.type.elem == type.elem && v.type.shape == n.shape, "StableHLO emitter: ", ir::op_name(n.kind),
               " produced ", v.type.str(), ", expected ", type.str());
@@ -809,6 +851,9 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
     Val v = vals[static_cast<size_t>(outputs[i])];
     if (!result_base[i].first.ref.empty()) {
       const EmitOptions::ResultView& view = options.result_views[i];
+      if (any_failed)  // a failed check: the view keeps its elements
+        v = b.select(b.broadcast(*any_failed, v.type.shape),
+                     gather_view(b, result_base[i].first, result_base[i].second, view.strides, v.type.shape), v);
       v = scatter_view(b, result_base[i].first, result_base[i].second, view.strides, v);
     }
     const std::vector<int64_t>* order = i < options.result_layouts.size() ? &options.result_layouts[i] : nullptr;
@@ -820,11 +865,18 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
       v = b.op("stablehlo.transpose", {v}, {v.type.elem, physical}, "permutation = " + i64_array(*order));
     }
     if (flat(v.type.shape) != v.type.shape) v = b.reshape(v, flat(v.type.shape));
+    if (any_failed && result_base[i].first.ref.empty()) v = keep_aliased_on_failure(b, g, outputs[i], i, v, aliases,
+                                                                                     arg_types, module, *any_failed);
     refs += (i ? ", " : "") + v.ref;
     types += (i ? ", " : "") + v.type.str();
   }
+  if (any_failed) {
+    Val check = emit_check_result(b, check_failed, check_reported);
+    refs += (outputs.empty() ? "" : ", ") + check.ref;
+    types += (outputs.empty() ? "" : ", ") + check.type.str();
+  }
   text += types + ") {\n" + body;
-  text += outputs.empty() ? "    return\n" : "    return " + refs + " : " + types + "\n";
+  text += refs.empty() ? "    return\n" : "    return " + refs + " : " + types + "\n";
   module.text = text + "  }\n}\n";
   return module;
 }

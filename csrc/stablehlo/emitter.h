@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "stablehlo/index_checks.h"
 
 namespace torch_tpu::stablehlo {
 
@@ -79,6 +80,12 @@ struct EmitOptions {
   // memory it is written to, outermost first, or empty. The value is transposed to that order
   // before it is flattened, so a dense permuted destination receives its bytes as they lie.
   std::vector<std::vector<int64_t>> result_layouts;
+  // Gathers and scatters whose index is not provably in range check it (index_checks.h): one
+  // more result after `outputs`, a 2-element i64 array [k + 1, index] naming the first failing
+  // check k of Module::index_checks ([0, 0]: none failed). A failing program drops every
+  // scatter update and returns each result an argument aliases (and each result view's array)
+  // as it was, so in-place targets keep their values. No extra result when nothing is checked.
+  bool index_checks = false;
 };
 
 // One argument of the emitted function: the binding it reads (>= 0, or ir::kRngSeedBinding /
@@ -98,6 +105,7 @@ struct Argument {
 struct Module {
   std::string text;                 // MLIR text
   std::vector<Argument> arguments;  // @main's arguments, in order
+  std::vector<IndexCheck> index_checks;  // non-empty: the check result follows the outputs
 };
 
 // The module computing `outputs` of `graph`, with its argument list. Throws

@@ -2,7 +2,7 @@
 (`pjrt_c_api_cpu_plugin.so` from the lammps-jax-pjrt-cpu package, a dev dependency).
 
 The runtime is chosen once per process at import, so the runtime tests (test_pjrt_runtime.py,
-test_pjrt_resident.py, test_pjrt_async.py, test_pjrt_memory.py; with TORCH_TPU_TEST_FULL=1 also the float32 OpInfo sweep) run in a child
+test_pjrt_resident.py, test_pjrt_async.py, test_pjrt_memory.py, test_pjrt_index_checks.py; with TORCH_TPU_TEST_FULL=1 also the float32 OpInfo sweep) run in a child
 pytest with TORCH_TPU_RUNTIME=pjrt and the plugin path; each test fails with the child's output
 when any of them fails or is skipped."""
 
@@ -34,7 +34,8 @@ def run_on_cpu_plugin(*pytest_args: str, timeout: float = 600, **env_vars: str) 
 
 def test_runtime_tests_pass_on_the_xla_cpu_plugin() -> None:
     proc = run_on_cpu_plugin(str(HERE / "test_pjrt_runtime.py"), str(HERE / "test_pjrt_resident.py"),
-                             str(HERE / "test_pjrt_async.py"), str(HERE / "test_pjrt_memory.py"))
+                             str(HERE / "test_pjrt_async.py"), str(HERE / "test_pjrt_memory.py"),
+                             str(HERE / "test_pjrt_index_checks.py"))
     tail = proc.stdout[-6000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert " skipped" not in proc.stdout.splitlines()[-1], tail  # every runtime test must run
@@ -50,7 +51,8 @@ def test_waiting_per_program_passes_on_the_xla_cpu_plugin() -> None:
 
 def test_staged_transfers_pass_on_the_xla_cpu_plugin() -> None:
     # TORCH_TPU_PJRT_RESIDENT=0 stages every program through host memory: the same values.
-    proc = run_on_cpu_plugin(str(HERE / "test_pjrt_resident.py"), TORCH_TPU_PJRT_RESIDENT="0")
+    proc = run_on_cpu_plugin(str(HERE / "test_pjrt_resident.py"), str(HERE / "test_pjrt_index_checks.py"),
+                             TORCH_TPU_PJRT_RESIDENT="0")
     tail = proc.stdout[-6000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert " skipped" not in proc.stdout.splitlines()[-1], tail

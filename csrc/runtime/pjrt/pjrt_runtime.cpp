@@ -135,12 +135,14 @@ class PjrtExecutable final : public runtime::Executable {
   // `plain_text`: the module without variant options, compiled when a run first needs it (an
   // in-place program may only ever run as its donating variant).
   PjrtExecutable(PjrtRuntime* runtime, const ir::Graph& graph, std::vector<int32_t> outputs,
-                 std::vector<stablehlo::Argument> args, std::string plain_text)
+                 std::vector<stablehlo::Argument> args, std::string plain_text,
+                 std::vector<stablehlo::IndexCheck> index_checks)
       : runtime_(runtime),
         graph_(graph),
         outputs_(std::move(outputs)),
         args_(std::move(args)),
-        plain_text_(std::move(plain_text)) {
+        plain_text_(std::move(plain_text)),
+        index_checks_(std::move(index_checks)) {
     for (int32_t o : outputs_) {
       output_dtypes_.push_back(graph_.node(o).dtype);
       output_shapes_.push_back(graph_.node(o).shape);
@@ -154,10 +156,15 @@ class PjrtExecutable final : public runtime::Executable {
     s.steps = 1;  // one PJRT executable per program
     return s;
   }
+  bool reports_failure_fates() const override { return !index_checks_.empty(); }
 
   void run(const std::vector<runtime::Binding>& inputs, const std::vector<runtime::OutputTarget>& targets,
            runtime::RngState rng) const override {
     c10::InferenceMode no_autograd;
+    if (!index_checks_.empty()) {  // fates are reported for index failures only
+      runtime::mutable_last_run_fates().clear();
+      runtime::set_last_failed_node(-1);
+    }
     const Client& client = runtime_->client();
     ResidentBuffers* resident = runtime_->resident();
     TransferStats& transfers = runtime_->transfers();
@@ -302,8 +309,14 @@ class PjrtExecutable final : public runtime::Executable {
     for (const Containing& into : result_into_of)
       if (into.buffer != nullptr && into.donated) into.buffer->release_bytes();
     runtime_->count_execution(device);
-    TPU_CHECK(results.size() == outputs_.size(), "PJRT executable returned ", results.size(), " outputs, expected ",
-              outputs_.size());
+    const size_t checked = index_checks_.empty() ? 0 : 1;
+    TPU_CHECK(results.size() == outputs_.size() + checked, "PJRT executable returned ", results.size(),
+              " outputs, expected ", outputs_.size() + checked);
+    // The index check's result, read back while the outputs' downloads start.
+    int64_t check[2] = {0, 0};
+    std::vector<Event> check_read(checked);
+    AwaitOnExit check_done{check_read};
+    if (checked) check_read[0] = client.download(results.back(), check, sizeof(check));
     // 3. Start the downloads of the outputs that do not stay, into dense host tensors.
     std::vector<at::Tensor> host_out(targets.size());
     std::vector<Event> downloaded(targets.size());
@@ -320,11 +333,17 @@ class PjrtExecutable final : public runtime::Executable {
     }
     // Nothing to write into host memory and a stream worker that awaits launched programs: the
     // run ends at the launch (runtime/completion.h); else it waits for the program here.
-    const bool defer = runtime_->launched().enabled() && runtime::completion_deferred_here() &&
+    const bool defer = runtime_->launched().enabled() && runtime::completion_deferred_here() && !checked &&
                        std::all_of(stays.begin(), stays.end(), [](uint8_t s) { return s != 0; });
     for (Event& e : uploaded) e.await("Client_BufferFromHostBuffer (transfer)");
     if (!defer) done.await("LoadedExecutable_Execute (execution)");
     for (Event& e : downloaded) e.await("Buffer_ToHostBuffer (transfer)");
+    for (Event& e : check_read) e.await("Buffer_ToHostBuffer (index check)");
+    const bool failed = check[0] != 0;
+    if (checked) {
+      runtime_->index_checks().checked_runs.fetch_add(1, std::memory_order_relaxed);
+      if (failed) runtime_->index_checks().failures.fetch_add(1, std::memory_order_relaxed);
+    }
     // 4. Record the uploaded tensors as current device copies, then the resident outputs (which
     //    replace those they overwrite; one buffer may back several destinations), and write each
     //    downloaded output into its destination view (strided, possibly another dtype).
@@ -336,6 +355,9 @@ class PjrtExecutable final : public runtime::Executable {
     std::vector<std::shared_ptr<Buffer>> kept(results.size());
     for (size_t t = 0; t < targets.size(); ++t) {
       const runtime::Binding& d = targets[t].dest;
+      // A failed index check: nothing is written, except that the buffers the program consumed
+      // (donated) come back as its results, holding their old values (EmitOptions::index_checks).
+      if (failed && !consumed(variant, targets[t], stays[t], result_into_of)) continue;
       if (stays[t]) {
         size_t r = result_index(targets[t].node);
         if (kept[r] == nullptr) kept[r] = std::make_shared<Buffer>(std::move(results[r]));
@@ -353,6 +375,7 @@ class PjrtExecutable final : public runtime::Executable {
       at::Tensor dest = at::from_blob(d.data, d.sizes, d.strides, at::TensorOptions().dtype(d.dtype));
       dest.copy_(host_out[t]);
     }
+    if (failed) raise_index_error(check, targets.size());
     if (defer) {  // the launched program keeps what it reads until it is done
       LaunchedProgram launched{std::move(done), std::move(scalars), std::move(buffers), {}};
       for (std::shared_ptr<Buffer>& b : on_device)
@@ -364,6 +387,29 @@ class PjrtExecutable final : public runtime::Executable {
   }
 
  private:
+  // Whether the run consumed the memory behind target `t`: a donated argument (aliased with the
+  // target's result) or a donated buffer the result was scattered into.
+  bool consumed(const Variant& variant, const runtime::OutputTarget& target, uint8_t stays,
+                const std::vector<Containing>& result_into_of) const {
+    if (!stays) return false;
+    const auto r = static_cast<int32_t>(result_index(target.node));
+    if (stays == 2) return result_into_of.at(static_cast<size_t>(r)).donated;
+    return std::find(variant.aliases.begin(), variant.aliases.end(), r) != variant.aliases.end();
+  }
+
+  // After a failed index check (check = [k + 1, index]): every output holds its old value
+  // (new results were not written, in-place targets kept theirs), then IndexError (RuntimeError
+  // for torch.gather/scatter's own ops) naming the op, as the host runtime raises it.
+  [[noreturn]] void raise_index_error(const int64_t check[2], size_t num_targets) const {
+    const stablehlo::IndexCheck& c = index_checks_.at(static_cast<size_t>(check[0] - 1));
+    runtime::mutable_last_run_fates().assign(num_targets, runtime::OutputFate::kUntouched);
+    runtime::set_last_failed_node(c.node);
+    if (c.runtime_error) {
+      TPU_CHECK(false, c.op, ": index ", check[1], " is out of bounds for a dimension with size ", c.size);
+    }
+    TPU_CHECK_INDEX(false, c.op, ": index ", check[1], " is out of bounds for a dimension with size ", c.size);
+  }
+
   size_t result_index(int32_t node) const {
     for (size_t r = 0; r < outputs_.size(); ++r)
       if (outputs_[r] == node) return r;
@@ -520,7 +566,7 @@ class PjrtExecutable final : public runtime::Executable {
   const LoadedExecutable& executable_for(const Variant& variant) const {
     if (variant == Variant{}) {
       std::call_once(plain_once_, [&] {
-        exe_ = runtime_->compile_text(plain_text_, outputs_.size());
+        exe_ = runtime_->compile_text(plain_text_, outputs_.size() + (index_checks_.empty() ? 0 : 1));
         plain_text_ = std::string();  // (compiled: the text is not needed again)
       });
       return *exe_;
@@ -574,6 +620,9 @@ class PjrtExecutable final : public runtime::Executable {
   std::vector<int32_t> outputs_;
   std::vector<stablehlo::Argument> args_;  // @main's arguments, in order
   mutable std::string plain_text_;
+  // Non-empty: the executable's last result reports the first failed index check
+  // (EmitOptions::index_checks), and run() waits for it.
+  std::vector<stablehlo::IndexCheck> index_checks_;
   mutable std::once_flag plain_once_;
   mutable std::unique_ptr<LoadedExecutable> exe_;  // the plain executable, once compiled
   std::vector<ir::DType> output_dtypes_;
@@ -589,6 +638,8 @@ stablehlo::Module PjrtRuntime::emit(const ir::Graph& graph, const std::vector<in
                                     stablehlo::EmitOptions options) {
   options.flat_tensors = true;
   options.live_arguments_only = true;  // an out= destination is not uploaded
+  static const bool index_checks = config::get_bool("TORCH_TPU_PJRT_INDEX_CHECKS");
+  options.index_checks = index_checks;
   return stablehlo::emit_module(graph, outputs, options);
 }
 
@@ -607,13 +658,15 @@ std::unique_ptr<LoadedExecutable> PjrtRuntime::compile_text(const std::string& m
 
 std::unique_ptr<LoadedExecutable> PjrtRuntime::build(const ir::Graph& graph, const std::vector<int32_t>& outputs,
                                                      stablehlo::EmitOptions options) {
-  return compile_text(emit(graph, outputs, std::move(options)).text, outputs.size());
+  stablehlo::Module module = emit(graph, outputs, std::move(options));
+  return compile_text(module.text, outputs.size() + (module.index_checks.empty() ? 0 : 1));
 }
 
 std::unique_ptr<runtime::Executable> PjrtRuntime::compile(const ir::Graph& graph, const std::vector<int32_t>& outputs) {
   // Emission checks every op and dtype here, at compile time; the plugin compiles on first run.
   stablehlo::Module module = emit(graph, outputs, {});
-  return std::make_unique<PjrtExecutable>(this, graph, outputs, std::move(module.arguments), std::move(module.text));
+  return std::make_unique<PjrtExecutable>(this, graph, outputs, std::move(module.arguments), std::move(module.text),
+                                          std::move(module.index_checks));
 }
 
 std::shared_ptr<Buffer> PjrtRuntime::scalar_buffer(c::PJRT_Buffer_Type type, const at::Tensor& value, size_t device) {

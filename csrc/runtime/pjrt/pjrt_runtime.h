@@ -67,6 +67,11 @@ struct TransferStats {
   std::atomic<int64_t> uploads{0}, upload_bytes{0}, downloads{0}, download_bytes{0};
 };
 
+// Programs run with index checks (EmitOptions::index_checks) and how many of them failed one.
+struct IndexCheckStats {
+  std::atomic<int64_t> checked_runs{0}, failures{0};
+};
+
 class PjrtRuntime final : public runtime::Runtime {
  public:
   explicit PjrtRuntime(std::shared_ptr<Client> client);
@@ -85,6 +90,7 @@ class PjrtRuntime final : public runtime::Runtime {
   ExecutableCacheStats executable_cache_stats() const;
   const TransferStats& transfers() const { return transfers_; }
   TransferStats& transfers() { return transfers_; }
+  IndexCheckStats& index_checks() const { return index_checks_; }
   // The resident-buffer table, or null when off (TORCH_TPU_PJRT_RESIDENT=0 or set_resident).
   ResidentBuffers* resident() const { return resident_on_.load(std::memory_order_acquire) ? resident_.get() : nullptr; }
   // Turns resident buffers off (stale device copies are downloaded, the table emptied; programs
@@ -133,6 +139,7 @@ class PjrtRuntime final : public runtime::Runtime {
   std::unique_ptr<ResidentBuffers> resident_;  // null when TORCH_TPU_PJRT_RESIDENT=0
   std::atomic<bool> resident_on_{false};
   TransferStats transfers_;
+  mutable IndexCheckStats index_checks_;
   OutOfMemoryStats oom_;
   std::atomic<int> inject_oom_uploads_{0}, inject_oom_executions_{0};
   // Throws the injected failure of an upload (or an execution) if one is pending.
