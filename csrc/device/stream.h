@@ -55,6 +55,12 @@ void wait_for_ticket(const c10::Stream& stream, uint64_t ticket);
 void synchronize_stream(const c10::Stream& stream);
 // True if the stream has no unfinished work (lock-free; used on the per-op path).
 bool query_stream(const c10::Stream& stream);
+// True if no stream of the device has unfinished work or an unreported error (lock-free): no
+// queued work can read or write the device's memory, so the calling thread may write a live
+// tensor directly and still be in queue order (host -> device copies, aten/copy.cpp). Work
+// another thread enqueues concurrently is unordered with the caller, as with CUDA streams.
+// Throws for an invalid device index.
+bool device_idle(c10::DeviceIndex index);
 // Synchronizes every stream of a device (all devices if index < 0).
 void synchronize_device(c10::DeviceIndex index);
 
