@@ -33,7 +33,7 @@ def _run(fn, x: torch.Tensor, i: torch.Tensor, mode: str) -> torch.Tensor:
         return fn(x, i).cpu()
 
 
-@pytest.mark.filterwarnings("ignore:torch_tpu.compile: recompiling")  # one frame per dtype
+@pytest.mark.filterwarnings("ignore:torch_tpu.compile. recompiling")  # one frame per dtype
 @pytest.mark.parametrize("mode", ["debug", "strict", "fused", "compiled"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
 def test_one_index_tensor_matches_cpu(mode: str, dtype: torch.dtype) -> None:
