@@ -76,7 +76,7 @@ void write_to_device(const at::Tensor& dst, const at::Tensor& src_cpu) {
   const bool untouched = dst.use_count() == 1 && dst.storage().use_count() == 1;
   // An idle device (checked after the flush above) has nothing queued that reads or writes
   // dst, so writing now is queue order; the staged path costs a staging copy, a queued work
-  // item and a worker wake-up (~70 us against ~8 us on the host runtime, docs/vllm.md).
+  // item and a worker wake-up (~70 us under load against a few us, docs/vllm.md).
   if (untouched || device::device_idle(dst.device().index())) {
     host_view(dst, Access::kWrite).copy_(src_cpu);
     return;
