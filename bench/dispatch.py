@@ -47,10 +47,15 @@ def compare(cpu_fn, tpu_fn, iters: int, repeats: int = 7) -> tuple[float, float,
     return cpu / iters * 1e6, host / iters * 1e6, total / iters * 1e6
 
 
+def _idx(device: str, n: int, k: int) -> torch.Tensor:
+    return torch.randint(0, n, (k,), generator=torch.Generator().manual_seed(k)).to(device)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--mode", default="strict", choices=["strict", "fused"])
+    ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     args = ap.parse_args()
     torch_tpu.set_mode(args.mode)
     torch.manual_seed(0)
@@ -59,9 +64,21 @@ def main() -> None:
         "add 512x512": lambda d: (lambda a=torch.randn(512, 512, device=d), b=torch.randn(512, 512, device=d): torch.add(a, b)),
         "matmul 128x128": lambda d: (lambda a=torch.randn(128, 128, device=d), b=torch.randn(128, 128, device=d): a @ b),
         "view (transpose)": lambda d: (lambda a=torch.randn(64, 64, device=d): a.t()),
+        # vLLM's model runner, every step (docs/vllm.md): advanced indexing with one index
+        # tensor (hidden_states[logits_indices]) against index_select, and host -> device copies
+        # into a live buffer (CpuGpuBuffer.copy_to_gpu) against a fresh tensor's. CPU: the same
+        # calls on CPU tensors (a CPU -> CPU copy).
+        "x[idx]": lambda d: (lambda a=torch.randn(64, 128, device=d), i=_idx(d, 64, 32): a[i]),
+        "x[idx] on dim 1": lambda d: (lambda a=torch.randn(64, 128, device=d), i=_idx(d, 128, 16): a[:, i]),
+        "index_select": lambda d: (lambda a=torch.randn(64, 128, device=d), i=_idx(d, 64, 32): a.index_select(0, i)),
+        "copy_ h2d live": lambda d: (lambda a=torch.empty(256, dtype=torch.int64, device=d), s=_idx("cpu", 9, 256):
+                                     a.copy_(s, non_blocking=True)),
+        "copy h2d fresh": lambda d: (lambda s=_idx("cpu", 9, 256): s.to(d, copy=True)),
     }
     print(f"{'op':18s} {'cpu us':>8s} {'tpu host us':>12s} {'host ratio':>10s} {'tpu e2e us':>11s} {'e2e ratio':>9s}")
     for name, make in cases.items():
+        if args.only and name not in args.only.split(","):
+            continue
         cpu, host, total = compare(make("cpu"), make("tpu"), args.iters)
         print(f"{name:18s} {cpu:8.2f} {host:12.2f} {host / cpu:9.2f}x {total:11.2f} {total / cpu:8.2f}x")
     m = torch_tpu.metrics()

@@ -81,6 +81,9 @@ class StreamQueue {
   bool done(uint64_t ticket) { return completed_.load() >= ticket; }
 
   bool idle() { return completed_.load() == enqueued_.load(); }
+  // A pending error is re-raised by the next enqueue; a caller that skips the queue because it
+  // is idle must not skip that report.
+  bool idle_without_error() { return !has_error_.load() && idle(); }
 
   void rethrow_pending() {
     if (!has_error_.load(std::memory_order_relaxed)) return;
@@ -290,6 +293,15 @@ void synchronize_stream(const c10::Stream& stream) {
 }
 
 bool query_stream(const c10::Stream& stream) { return queue_of(stream).idle(); }
+
+bool device_idle(c10::DeviceIndex index) {
+  check_not_in_bad_fork();
+  check_index(index);
+  for (auto& q : all_devices()[static_cast<size_t>(index)]->queues) {
+    if (!q->idle_without_error()) return false;
+  }
+  return true;
+}
 
 void synchronize_device(c10::DeviceIndex index) {
   flush_pending(index);

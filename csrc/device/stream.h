@@ -58,6 +58,12 @@ bool query_stream(const c10::Stream& stream);
 // Re-raises the stream's pending error, if any (one relaxed load when there is none): work run
 // on the calling thread instead of being enqueued raises it as enqueue would.
 void raise_pending_error(const c10::Stream& stream);
+// True if no stream of the device has unfinished work or an unreported error (lock-free): no
+// queued work can read or write the device's memory, so the calling thread may write a live
+// tensor directly and still be in queue order (host -> device copies, aten/copy.cpp). Work
+// another thread enqueues concurrently is unordered with the caller, as with CUDA streams.
+// Throws for an invalid device index.
+bool device_idle(c10::DeviceIndex index);
 // Synchronizes every stream of a device (all devices if index < 0).
 void synchronize_device(c10::DeviceIndex index);
 

@@ -104,6 +104,72 @@ def test_cpu_copy_into_view_of_busy_tensor() -> None:
     torch.testing.assert_close(outs[2].cpu(), torch.tanh(before_last @ before_last + 1))
 
 
+def _busy_stream() -> torch.Tensor:
+    """Queues work that keeps the default stream busy for a while (a product too large for
+    strict mode's inline path), so the ops after it are queued too."""
+    a = _tpu(torch.randn(384, 384, generator=torch.Generator().manual_seed(0)))  # leaves the global RNG
+    return torch.tanh(a @ a @ a)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("pinned", [False, True])
+def test_copy_into_live_buffer_after_queued_reader(mode: str, pinned: bool) -> None:
+    # vLLM's CpuGpuBuffer.copy_to_gpu: a live device buffer refilled from the host each step.
+    # An op queued (or pending, in fused mode) before the copy reads the old values; ops after
+    # it read the new ones; the host source may be reused as soon as the call returns.
+    import torch_tpu
+
+    with torch_tpu.mode(mode):
+        live = _tpu(torch.arange(256, dtype=torch.int64))
+        keep = live[:]  # a second reference: the copy cannot treat live as fresh
+        for step in range(3):
+            src = torch.arange(256, dtype=torch.int64) * (step + 2)
+            src = src.pin_memory() if pinned else src
+            busy = _busy_stream()
+            before = live * 3  # queued behind the product, reads live before the copy
+            live.copy_(src, non_blocking=True)
+            after = live * 3
+            src.fill_(-1)  # reuse of the source after the call changes nothing on the device
+            old = torch.arange(256, dtype=torch.int64) * (step + 1)
+            assert torch.equal(before.cpu(), old * 3), (mode, pinned, step)
+            assert torch.equal(after.cpu(), torch.arange(256, dtype=torch.int64) * (step + 2) * 3)
+            assert busy.shape == (384, 384)
+        assert torch.equal(keep.cpu(), torch.arange(256, dtype=torch.int64) * 4)
+
+
+def test_copy_into_live_buffer_on_idle_device_writes_at_once() -> None:
+    # Nothing queued: the copy is written during the call (a host view of the buffer sees it
+    # before any synchronization), converted and broadcast as copy_ does.
+    live = _tpu(torch.zeros(4, 8))
+    view = live[1:3]
+    torch.tpu.synchronize()
+    view.copy_(torch.arange(8, dtype=torch.float64))
+    expected = torch.zeros(4, 8)
+    expected[1:3] = torch.arange(8.0)
+    torch.testing.assert_close(live.cpu(), expected)
+    live.t().copy_(torch.ones(8, 4, dtype=torch.int32))
+    torch.testing.assert_close(live.cpu(), torch.ones(4, 8))
+
+
+def test_copy_into_live_buffer_reports_a_pending_error() -> None:
+    # A failed queued op's error surfaces at the next enqueue; a copy that finds the stream idle
+    # must still report it rather than write past it.
+    live = _tpu(torch.zeros(8))
+    keep = live[:]
+    x = _tpu(torch.arange(4.0))
+    idx = torch.zeros(1 << 16, dtype=torch.int64)
+    idx[-1] = 7
+    idx = _tpu(idx)
+    torch.tpu.synchronize()
+    _ = x[idx]  # too large for the inline path: queued, fails on the worker
+    while not torch.tpu.current_stream().query():
+        pass
+    with pytest.raises(IndexError, match="index 7 is out of bounds"):
+        live.copy_(torch.ones(8))
+    live.copy_(torch.full((8,), 2.0))
+    torch.testing.assert_close(keep.cpu(), torch.full((8,), 2.0))
+
+
 def test_noncontiguous_to_cpu_and_back() -> None:
     x = torch.arange(24.0).reshape(2, 3, 4)
     t = _tpu(x).permute(2, 0, 1)

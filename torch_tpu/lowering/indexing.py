@@ -8,7 +8,8 @@ interpreter raises too), so bad indices never read silently.
 
 Advanced indexing (index.Tensor / index_put) is one flat gather/scatter: the indexed dims are
 moved to the front and merged into one, the broadcast indices become one linear row index, and
-the remaining (sliced) dims form the row.
+the remaining (sliced) dims form the row. One index tensor on one dim (`x[idx]`, `x[:, idx]`)
+is index_select's gather on x as it is, after the wrap of negative indices.
 """
 
 from __future__ import annotations
@@ -347,8 +348,29 @@ def _plan(b: GraphBuilder, x: Value, indices: Sequence[Value | None], what: str)
     return rows, lin, bshape, r_sizes, perm_out, out_shape, adv + rest
 
 
+def _index_one_dim(b: GraphBuilder, x: Value, d: int, index: Value) -> Value:
+    """x[:, ..., index] with one index tensor on dim d: index_select's graph (one gather on x as
+    it is, a row gather on dim 0) plus the wrap of negative indices. The general plan's
+    transposes, flat row index and masks cost a host step each (a few us per call: vLLM's
+    runner indexes its hidden states so every step); the wrap's four int64 steps remain."""
+    idx = _as_index(b, index, "index")
+    n, k = x.shape[d], idx.numel()
+    flat = b.reshape(idx, [k])
+    # Only indices in [-n, 0) wrap: anything else reaches the gather as written, so its
+    # IndexError names the index the user wrote (as CPU's does).
+    neg = b.binary("and", b.compare("lt", flat, full_i64(b, 0, [k])), b.compare("ge", flat, full_i64(b, -n, [k])))
+    flat = b.select(neg, b.add(flat, full_i64(b, n, [k])), flat)
+    out_shape = list(x.shape[:d]) + list(idx.shape) + list(x.shape[d + 1:])
+    if k == 0 or numel(out_shape) == 0:
+        return b.full(0, x.dtype, out_shape)
+    return b.reshape(take_along_axis(b, x, d, flat), out_shape)
+
+
 @register(aten.index.Tensor, aten.index.Tensor_hacked_twin, aten._unsafe_index.Tensor)
 def index(b: GraphBuilder, x: Value, indices: Sequence[Value | None]) -> Value:
+    adv = [d for d, i in enumerate(indices) if i is not None]
+    if len(adv) == 1 and len(indices) <= x.rank:
+        return _index_one_dim(b, x, adv[0], indices[adv[0]])
     rows, lin, bshape, r_sizes, perm_out, out_shape, _ = _plan(b, x, indices, "index")
     nb, R = lin.shape[0], rows.shape[1]
     if nb == 0 or R == 0:
