@@ -91,6 +91,19 @@ def test_padded_results_equal_cpu_and_the_exact_program(name: str) -> None:
     assert stats()["bucket_rejections"] == 0
 
 
+@pytest.mark.parametrize("name", ["cross_entropy_flattened", "attention_causal", "pairwise_scores"])
+def test_buckets_on_from_the_start_learn_at_the_first_dynamic_call(name: str) -> None:
+    # The graph learns from lowerings at its first size and two nearby ones (never run): no
+    # exact program at a learning size (on PJRT, an XLA compile each), padded from then on.
+    g = torch.compile(CASES[name][1], backend="tpu")
+    padded_buckets.set_buckets(BUCKETS)
+    for n in [37, 45, 20, 101]:  # Dynamo's first graph is static (one exact program), then dynamic
+        _run(name, n, g)
+    assert stats()["graph_templates"] >= 1, stats()
+    assert stats()["graph_buckets"] == 3, stats()  # 64, 32, 128
+    assert stats()["specializations"] == 0 and stats()["bucket_rejections"] == 0, stats()  # no exact program
+
+
 def test_a_length_past_the_last_bucket_runs_its_exact_program() -> None:
     g = torch.compile(CASES["sum_mean_amax_argmax"][1], backend="tpu")
     padded_buckets.set_buckets(None)

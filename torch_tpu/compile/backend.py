@@ -312,6 +312,7 @@ class _Specializing:
         s = self._size(args)
         template = self.template if s is not None else None
         if template is not None and padded_buckets.buckets() is not None:
+            self._learn_ahead(template, s, args)
             run = self._bucketed(template, s)
             if run is not None:
                 self.programs[sig] = run
@@ -359,6 +360,24 @@ class _Specializing:
             del self.programs[next(iter(self.programs))]
         run = self.programs[sig] = _runner(self.gm, prog)
         return run
+
+    def _learn_ahead(self, template: graph_templates.GraphTemplate, s: int, args: list) -> None:
+        """With buckets on, learn the template at the first call: from lowerings at s and at two
+        nearby sizes of its class (inputs made at those sizes, never run), so the first call runs
+        padded instead of compiling exact programs at three learning sizes (on PJRT, an XLA
+        compile each). A graph that does not learn this way goes on as before."""
+        if template.generic() is not None or not template.learning(s) or effect_checks(self.gm):
+            return
+        for t in (s, *graph_templates.nearby_sizes(template, s, 2)):
+            inputs = args if t == s else graph_templates.inputs_at(self.gm, args, self.size_at, t)
+            if inputs is None or not template.learning(t):
+                return
+            try:
+                lg = lower_graph(self.gm, inputs)
+            except (Unsupported, Symbolic):
+                return  # the normal path lowers s and reports it
+            if template.observe(t, lg):
+                counters().graph_templates += 1
 
     def _bucketed(self, template: graph_templates.GraphTemplate, s: int) -> Callable[[list], list] | None:
         """A run of the padded program of s's bucket, once the graph is learned at sizes where

@@ -314,3 +314,47 @@ def check(reused: LoweredGraph, lowered: LoweredGraph, s: int) -> None:
     if _fields(reused) != _fields(lowered):
         raise RuntimeError(f"torch_tpu internal error: the compiled graph reused across sizes differs from its "
                            f"lowering at size {s}; TORCH_TPU_SHAPE_TEMPLATES=0 avoids it (please report)")
+
+
+def nearby_sizes(template: GraphTemplate, s: int, count: int) -> list[int]:
+    """Up to `count` sizes near s (above first) in s's class, at which the template would still
+    learn: where to lower a graph, without running it, to learn it from one call."""
+    pattern = template.bases.pattern(s)
+    out: list[int] = []
+    for t in (*range(s + 1, s + 9), *range(s - 1, max(s - 9, 1), -1)):
+        if len(out) == count:
+            break
+        if template.bases.pattern(t) == pattern and template.learning(t):
+            out.append(t)
+    return out
+
+
+def inputs_at(gm: fx.GraphModule, args: list, size_at: tuple[int, int], t: int) -> list | None:
+    """gm's inputs as they would be at size t: args whose traced shape does not involve the
+    size as they are, the others as uninitialized tensors of their dtype and device with the
+    traced sizes and strides evaluated at t, size arguments as t's values. For lowering only
+    (lowerings read metadata, never the values of tensors bound as parameters). None when a
+    traced value cannot be evaluated at t."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    i, d = size_at
+    v = placeholders[i].meta.get("val")
+    sym = (v if d < 0 else v.shape[d]).node.expr
+
+    def at_t(e) -> int:
+        return int(e.node.expr.xreplace({sym: t})) if isinstance(e, torch.SymInt) else int(e)
+
+    out: list = []
+    for n, a in zip(placeholders, args):
+        v = n.meta.get("val")
+        try:
+            if isinstance(v, torch.SymInt):
+                out.append(at_t(v))
+            elif isinstance(v, torch.Tensor) and isinstance(a, torch.Tensor) and \
+                    any(isinstance(e, torch.SymInt) for e in (*v.shape, *v.stride())):
+                out.append(torch.empty_strided([at_t(e) for e in v.shape], [at_t(e) for e in v.stride()],
+                                               dtype=a.dtype, device=a.device))
+            else:
+                out.append(a)
+        except (TypeError, ValueError):  # a value that is not an integer at t
+            return None
+    return out
