@@ -16,8 +16,8 @@ void note_runtime_thread_started() {
 void raise_bad_fork() {
   TORCH_CHECK(false,
               "torch_tpu: cannot use the 'tpu' device in a forked subprocess: the parent process had already "
-              "started the device's worker threads or recorded pending (fused) work, and fork() copies only the "
-              "calling thread. To use 'tpu' with "
+              "started the device's threads (stream workers at first use; a PJRT plugin's client at import) or "
+              "recorded pending (fused) work, and fork() copies only the calling thread. To use 'tpu' with "
               "multiprocessing, use the 'spawn' start method (torch.multiprocessing.set_start_method('spawn')), "
               "or fork before the parent first uses the device.");
 }

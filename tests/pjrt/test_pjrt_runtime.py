@@ -149,3 +149,27 @@ def test_each_pjrt_device_is_a_tpu_device() -> None:
     assert y1.device == torch.device("tpu:1") and y0.device == torch.device("tpu:0")
     after = _C._pjrt_info()["executions_per_device"]
     assert after[1] > before[1] and after[0] > before[0], (before, after)
+
+
+def test_a_child_forked_after_import_raises_instead_of_hanging() -> None:
+    # The plugin's client runs threads from import on; fork() copies only the calling thread, so
+    # a forked child that used the device waited forever for them. It raises, naming the fix.
+    import subprocess
+    import sys
+
+    code = (
+        "import os, torch, torch_tpu\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    try:\n"
+        "        torch.ones(4, device='tpu').sum().item()\n"
+        "    except RuntimeError as e:\n"
+        "        os._exit(0 if 'forked subprocess' in str(e) and 'spawn' in str(e) else 4)\n"
+        "    os._exit(3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "assert os.waitstatus_to_exitcode(status) == 0, status\n"
+        "assert torch.ones(4, device='tpu').sum().item() == 4.0  # the parent is unaffected\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr

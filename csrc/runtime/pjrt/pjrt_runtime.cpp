@@ -13,6 +13,7 @@
 
 #include "common/check.h"
 #include "common/config.h"
+#include "common/fork_guard.h"
 #include "ir/ops.h"
 #include "runtime/completion.h"
 #include "stablehlo/emitter.h"
@@ -731,6 +732,9 @@ void PjrtRuntime::count_execution(size_t device) { (*executions_)[device].fetch_
 
 PjrtRuntime::PjrtRuntime(std::shared_ptr<Client> client)
     : client_(std::move(client)), executable_cache_(ExecutableCache::open(*client_, compile_options_proto())) {
+  // The plugin's client runs threads of its own from here on: a child forked later cannot use
+  // it (it waited forever for them) and raises instead (common/fork_guard.h).
+  note_runtime_thread_started();
   if (config::get_bool("TORCH_TPU_PJRT_RESIDENT")) {
     resident_ = std::make_unique<ResidentBuffers>(client_);
     runtime::install_residency(resident_.get());
