@@ -143,10 +143,11 @@ def test_an_in_place_update_queued_behind_a_failure_keeps_its_target() -> None:
 def test_an_op_run_on_an_idle_stream_after_a_failure_raises_instead_of_reading_lost_values() -> None:
     # Small ops run on the calling thread when the stream is idle. When the stream went idle
     # because its last work failed (and nothing has synchronized yet), such an op raises that
-    # failure instead of running. (The race this guards: the failure lands between the call's
-    # check of its arguments and its run on the now idle stream; `x.add_(r)` then read the lost
-    # r's stale memory into x, a flaky failure of the test above in CI. launch_program now
-    # raises the stream's pending error and checks lost values right before an inline run.)
+    # failure instead of running. This checks that behaviour; it does not reproduce the race
+    # fixed with it (it passes without that fix): a failure landing between the call's argument
+    # check and its inline run, which made `x.add_(r)` read the lost r's stale memory (the test
+    # above failed 2 runs in 14 of its file before launch_program raised the pending error and
+    # checked lost values right before an inline run, 0 in 12 after).
     with torch_tpu.mode("strict"):
         x = torch.zeros(2, device="tpu")
         big = torch.randn(256, 256, device="tpu")
