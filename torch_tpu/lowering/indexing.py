@@ -42,11 +42,10 @@ def _as_index(b: GraphBuilder, idx: Value, what: str, uint8_is_mask: bool = True
 def _wrap(b: GraphBuilder, idx: Value, n: int) -> Value:
     """Negative indices count from the end; anything still out of range stays the index as
     written (>= n or < -n: still out of range), so the gather/scatter's error names it."""
-    z = full_i64(b, 0, idx.shape)
-    nn = full_i64(b, n, idx.shape)
-    w = b.select(b.compare("lt", idx, z), b.add(idx, nn), idx)
-    ok = b.binary("and", b.compare("ge", w, z), b.compare("lt", w, nn))
-    return b.select(ok, w, idx)
+    # Only [-n, 0) wraps: one select instead of wrapping every negative and undoing it.
+    neg = b.binary("and", b.compare("lt", idx, full_i64(b, 0, idx.shape)),
+                   b.compare("ge", idx, full_i64(b, -n, idx.shape)))
+    return b.select(neg, b.add(idx, full_i64(b, n, idx.shape)), idx)
 
 
 def _index_1d(b: GraphBuilder, index: Value, what: str) -> Value:
@@ -355,11 +354,7 @@ def _index_one_dim(b: GraphBuilder, x: Value, d: int, index: Value) -> Value:
     runner indexes its hidden states so every step); the wrap's four int64 steps remain."""
     idx = _as_index(b, index, "index")
     n, k = x.shape[d], idx.numel()
-    flat = b.reshape(idx, [k])
-    # Only indices in [-n, 0) wrap: anything else reaches the gather as written, so its
-    # IndexError names the index the user wrote (as CPU's does).
-    neg = b.binary("and", b.compare("lt", flat, full_i64(b, 0, [k])), b.compare("ge", flat, full_i64(b, -n, [k])))
-    flat = b.select(neg, b.add(flat, full_i64(b, n, [k])), flat)
+    flat = _wrap(b, b.reshape(idx, [k]), n)  # an out-of-range index reaches the gather as written
     out_shape = list(x.shape[:d]) + list(idx.shape) + list(x.shape[d + 1:])
     if k == 0 or numel(out_shape) == 0:
         return b.full(0, x.dtype, out_shape)
