@@ -104,6 +104,27 @@ def test_buckets_on_from_the_start_learn_at_the_first_dynamic_call(name: str) ->
     assert stats()["specializations"] == 0 and stats()["bucket_rejections"] == 0, stats()  # no exact program
 
 
+def test_training_attention_learns_at_the_first_dynamic_call() -> None:
+    # Its forward saves the log-sum-exp padded to a multiple of 32 for the backward: a size
+    # function equal over the sizes next to 45 (and to 101), so learning needs one below 33.
+    def step(q: torch.Tensor) -> torch.Tensor:
+        return _attention(q.transpose(1, 2), True).square().sum()
+
+    g = torch.compile(step, backend="tpu")
+    padded_buckets.set_buckets(BUCKETS)
+    for n in [37, 45, 20, 101]:  # Dynamo's first graph is static, then dynamic
+        torch.manual_seed(n)
+        q = torch.randn(2, n, 2, 8, requires_grad=True)
+        step(q).backward()
+        qt = q.detach().to("tpu").requires_grad_()
+        g(qt).backward()
+        # Padded sums add in other blocks than CPU's: float32 rounding, not a tolerance for errors.
+        torch.testing.assert_close(qt.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=f"n={n}")
+    assert stats()["graph_templates"] == 2, stats()  # forward and backward, each from one call
+    assert stats()["graph_buckets"] == 6, stats()  # 64, 32, 128 for each
+    assert stats()["specializations"] == 0 and stats()["bucket_rejections"] == 0, stats()
+
+
 def test_a_length_past_the_last_bucket_runs_its_exact_program() -> None:
     g = torch.compile(CASES["sum_mean_amax_argmax"][1], backend="tpu")
     padded_buckets.set_buckets(None)

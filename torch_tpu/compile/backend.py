@@ -362,13 +362,16 @@ class _Specializing:
         return run
 
     def _learn_ahead(self, template: graph_templates.GraphTemplate, s: int, args: list) -> None:
-        """With buckets on, learn the template at the first call: from lowerings at s and at two
-        nearby sizes of its class (inputs made at those sizes, never run), so the first call runs
+        """With buckets on, learn the template at the first call: from lowerings at s and at two to
+        four nearby sizes of its class (inputs made at those sizes, never run), so the first call runs
         padded instead of compiling exact programs at three learning sizes (on PJRT, an XLA
         compile each). A graph that does not learn this way goes on as before."""
         if template.generic() is not None or not template.learning(s) or effect_checks(self.gm):
             return
-        for t in (s, *graph_templates.nearby_sizes(template, s, 2)):
+        # Two nearby sizes complete a fit; the other two are lowered only while it is ambiguous.
+        for t in (s, *graph_templates.nearby_sizes(template, s, 4)):
+            if template.decided(s):
+                return
             inputs = args if t == s else graph_templates.inputs_at(self.gm, args, self.size_at, t)
             if inputs is None or not template.learning(t):
                 return
@@ -376,6 +379,10 @@ class _Specializing:
                 lg = lower_graph(self.gm, inputs)
             except (Unsupported, Symbolic):
                 return  # the normal path lowers s and reports it
+            except Exception:  # noqa: BLE001 - a size the user never ran may break a lowering
+                if t == s:
+                    raise
+                return  # (a bound of the model); the graph learns from the sizes it runs
             if template.observe(t, lg):
                 counters().graph_templates += 1
 

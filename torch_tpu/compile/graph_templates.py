@@ -120,6 +120,7 @@ def _evaluates(expr: sympy.Expr, sym: sympy.Symbol) -> bool:
 
 
 _PROBES = (2, 3, 5, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 513, 1000, 4097)
+_NEARBY_SPAN = 256  # how far nearby_sizes looks from s (each size costs a sympy evaluation, memoized)
 _MAX_OBSERVATIONS = 6  # lowerings kept while a fit is ambiguous; then the graph is lowered per size
 
 
@@ -278,6 +279,11 @@ class GraphTemplate:
         c = self.classes.get(self.bases.pattern(s))
         return c is None or (not c.dead and c.template is None and all(s != t for t, _ in c.obs))
 
+    def decided(self, s: int) -> bool:
+        """Whether s's class is learned or found not to fit: no lowering there teaches more."""
+        c = self.classes.get(self.bases.pattern(s))
+        return c is not None and (c.dead or c.template is not None)
+
     def generic(self) -> _Template | None:
         """The template of the class with the fewest coincidences among s and its functions
         (sizes where they differ most), if learned: what padded buckets are built from."""
@@ -317,15 +323,30 @@ def check(reused: LoweredGraph, lowered: LoweredGraph, s: int) -> None:
 
 
 def nearby_sizes(template: GraphTemplate, s: int, count: int) -> list[int]:
-    """Up to `count` sizes near s (above first) in s's class, at which the template would still
-    learn: where to lower a graph, without running it, to learn it from one call."""
+    """Up to `count` sizes in s's class at which the template would still learn: where to lower
+    a graph, without running it, to learn it from one call. Each is the nearest (below s first)
+    at which a function of s that the sizes so far agree on changes (attention's 32-padded
+    length is the same from 193 to 224), since a fit needs every function to take two values
+    (_learn); when none is left to change, the nearest remaining size."""
     pattern = template.bases.pattern(s)
+
+    def fits(t: int) -> bool:
+        return t >= 1 and template.bases.pattern(t) == pattern and template.learning(t)
+
+    # Below first: a smaller size is valid wherever s is, a larger one can pass a bound of the
+    # model (its positions, a causal-mask buffer).
+    order = [*range(s - 1, max(s - _NEARBY_SPAN, 0), -1), *range(s + 1, s + _NEARBY_SPAN)]
     out: list[int] = []
-    for t in (*range(s + 1, s + 9), *range(s - 1, max(s - 9, 1), -1)):
-        if len(out) == count:
+    while len(out) < count:
+        seen = [template.bases.at(t) for t in (s, *out)]
+        constant = [k for k in range(len(seen[0])) if len({a[k] for a in seen}) == 1]
+        pick = next((t for t in order if t not in out and fits(t)
+                     and any(template.bases.at(t)[k] != seen[0][k] for k in constant)), None)
+        if pick is None:
+            pick = next((t for t in order if t not in out and fits(t)), None)
+        if pick is None:
             break
-        if template.bases.pattern(t) == pattern and template.learning(t):
-            out.append(t)
+        out.append(pick)
     return out
 
 
