@@ -64,6 +64,8 @@ def main() -> None:
         "add 512x512": lambda d: (lambda a=torch.randn(512, 512, device=d), b=torch.randn(512, 512, device=d): torch.add(a, b)),
         "matmul 128x128": lambda d: (lambda a=torch.randn(128, 128, device=d), b=torch.randn(128, 128, device=d): a @ b),
         "view (transpose)": lambda d: (lambda a=torch.randn(64, 64, device=d): a.t()),
+        "view (slice)": lambda d: (lambda a=torch.randn(64, 64, device=d): a[8:40]),
+        "view (reshape)": lambda d: (lambda a=torch.randn(64, 64, device=d): a.view(32, 128)),
         # vLLM's model runner, every step (docs/vllm.md): advanced indexing with one index
         # tensor (hidden_states[logits_indices]) against index_select, and host -> device copies
         # into a live buffer (CpuGpuBuffer.copy_to_gpu) against a fresh tensor's. CPU: the same
