@@ -10,7 +10,9 @@
 // device -> host: waits for the source device's current stream, then reads.
 // device -> device (same device): an IR program (aten::copy lowered), like any other op.
 // device -> other device: waits for the source, stages on the host, queues the write.
+#include <mutex>
 #include <string_view>
+#include <unordered_set>
 
 #include <ATen/Functions.h>
 #include <ATen/MemoryOverlap.h>
@@ -33,6 +35,17 @@ namespace {
 constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 
 bool is_tpu(const at::Tensor& t) { return t.device().type() == kTpu; }
+
+// Whether zero_ meets this shape and dtype for the first time (a bounded memory of hashes).
+bool first_zero_fill_of_shape(const at::Tensor& t) {
+  uint64_t h = static_cast<uint64_t>(t.scalar_type()) + 0x9e3779b97f4a7c15ull;
+  for (int64_t d : t.sizes()) h = (h ^ static_cast<uint64_t>(d)) * 0x100000001b3ull;
+  static std::mutex mu;
+  static std::unordered_set<uint64_t> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.size() >= 4096) seen.clear();
+  return seen.insert(h).second;
+}
 
 }  // namespace
 
@@ -130,12 +143,16 @@ at::Tensor& zero_(at::Tensor& self) {
   // On a device runtime (PJRT), a fill program is compiled per shape (an XLA compile each).
   // The zeros of a tensor nothing else references (torch.zeros, the gradients autograd
   // materializes for unused outputs at every new length) are written on the host mirror like
-  // an upload instead. Small ones only, outside fused mode (its graphs record fills).
+  // an upload instead, outside fused mode (its graphs record fills): small ones always, larger
+  // ones the first time their shape is met (a loop over changing lengths meets most once; a
+  // repeated shape gets the fill program, compiled once, instead of an upload every step).
   constexpr int64_t kMaxHostZeroBytes = 4 << 20;
+  constexpr int64_t kMaxFirstHostZeroBytes = 64 << 20;
   static const bool device_runtime = std::string_view(runtime::selected_runtime().name()) != "host";
-  if (device_runtime && exec::mode() != exec::Mode::Fused && self.numel() > 0 &&
-      self.numel() * static_cast<int64_t>(self.itemsize()) <= kMaxHostZeroBytes &&
-      self.is_non_overlapping_and_dense() && self.use_count() == 1 && self.storage().use_count() == 1) {
+  const int64_t bytes = self.numel() * static_cast<int64_t>(self.itemsize());
+  if (device_runtime && exec::mode() != exec::Mode::Fused && self.numel() > 0 && bytes <= kMaxFirstHostZeroBytes &&
+      self.is_non_overlapping_and_dense() && self.use_count() == 1 && self.storage().use_count() == 1 &&
+      (bytes <= kMaxHostZeroBytes || first_zero_fill_of_shape(self))) {
     write_to_device(self, at::zeros({}, self.options().device(c10::kCPU)));
     return self;
   }

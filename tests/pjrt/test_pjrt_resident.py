@@ -249,6 +249,15 @@ def test_zeros_of_new_shapes_compile_no_program() -> None:
     with torch_tpu.mode("fused"):  # recorded into the fused graph, as before
         u = torch.zeros(3, 3, device="tpu") + 2
     torch.testing.assert_close(u.cpu(), torch.full((3, 3), 2.0))
+    # Past 4 MiB, a shape's first zeros are written on the host too; a shape met again gets the
+    # fill program (compiled once), not an upload every time.
+    before = _C._pjrt_info()["compiles"]
+    big = [torch.zeros(2, n, 1024, device="tpu") for n in (600, 601)]
+    assert _C._pjrt_info()["compiles"] == before
+    again = [torch.zeros(2, 600, 1024, device="tpu") for _ in range(3)]
+    assert _C._pjrt_info()["compiles"] <= before + 1  # 0 when the disk cache held the program
+    for z in big + again:
+        assert z.shape[2] == 1024 and not z.cpu().any()
 
 
 def test_growing_a_resident_tensor_keeps_its_device_values() -> None:
