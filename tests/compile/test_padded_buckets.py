@@ -125,6 +125,20 @@ def test_training_attention_learns_at_the_first_dynamic_call() -> None:
     assert stats()["specializations"] == 0 and stats()["bucket_rejections"] == 0, stats()
 
 
+def test_changing_the_buckets_applies_to_lengths_already_run() -> None:
+    g = torch.compile(CASES["sum_mean_amax_argmax"][1], backend="tpu")
+    padded_buckets.set_buckets(None)
+    for n in LEARN + [55]:
+        _run("sum_mean_amax_argmax", n, g)
+    padded_buckets.set_buckets(BUCKETS)
+    _run("sum_mean_amax_argmax", 55, g)  # ran exact above: now its bucket's padded program
+    assert stats()["graph_buckets"] == 1, stats()
+    compiled = stats()["graphs_compiled"]
+    padded_buckets.set_buckets(None)
+    _run("sum_mean_amax_argmax", 55, g)  # and back to an exact program
+    assert stats()["graph_buckets"] == 1 and stats()["graphs_compiled"] <= compiled + 1, stats()
+
+
 def test_a_length_past_the_last_bucket_runs_its_exact_program() -> None:
     g = torch.compile(CASES["sum_mean_amax_argmax"][1], backend="tpu")
     padded_buckets.set_buckets(None)

@@ -280,6 +280,7 @@ class _Specializing:
     def __init__(self, gm: fx.GraphModule) -> None:
         self.gm = gm
         self.programs: dict[tuple, Callable[[list], list]] = {}  # a program's run per signature
+        self.programs_buckets = padded_buckets.generation()  # the bucket setting they were chosen under
         self.lowered = 0  # what the limit counts: signatures lowered (on PJRT also those instantiated)
         self.first_sig: tuple | None = None
         self.eager: Callable[[list], list] | None = None
@@ -299,6 +300,9 @@ class _Specializing:
     def __call__(self, args: list) -> list:
         if self.eager is not None:
             return self.eager(args)
+        if self.programs_buckets != padded_buckets.generation():
+            self.programs.clear()
+            self.programs_buckets = padded_buckets.generation()
         sig = _signature(args)
         run = self.programs.get(sig)
         if run is None:

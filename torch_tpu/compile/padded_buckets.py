@@ -695,6 +695,7 @@ def default_buckets(lo: int = 16, hi: int = 1 << 20, fine_from: int = 128) -> li
 
 _UNSET = object()
 _buckets: object = _UNSET  # list of sizes, None (exact sizes), or unset (read the variable)
+_generation = 0  # bumped by set_buckets: graphs drop the runs they chose under earlier buckets
 
 
 def _parse(text: str) -> list[int] | None:
@@ -723,8 +724,15 @@ def set_buckets(buckets: list[int] | str | None) -> None:
     """Run dynamic-shape compiled graphs padded to these sizes: a list of sizes, ``"auto"``
     (default_buckets() on PJRT, exact sizes on the host runtime), ``"on"`` (default_buckets()
     on every runtime), ``"pow2"`` (powers of two from 16), or None for exact sizes. TORCH_TPU_COMPILE_BUCKETS sets the start value."""
-    global _buckets
+    global _buckets, _generation
     _buckets = _parse(buckets) if isinstance(buckets, str) else (sorted(buckets) if buckets else None)
+    _generation += 1
+
+
+def generation() -> int:
+    """How many times set_buckets was called: a size a graph ran before runs as the buckets now
+    in effect say (padded, or its exact program) once this changes."""
+    return _generation
 
 
 def buckets() -> list[int] | None:
