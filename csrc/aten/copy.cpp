@@ -162,6 +162,38 @@ at::Tensor& zero_(at::Tensor& self) {
   return self;
 }
 
+at::Tensor padded_flat_copy(const at::Tensor& x, int64_t total) {
+  TPU_CHECK_TYPE(is_tpu(x), "padded_flat_copy: expected a tpu tensor, got one on ", x.device());
+  TPU_CHECK_VALUE(total >= x.numel(), "padded_flat_copy: ", x.numel(), " elements do not fit in ", total);
+  if (exec::any_poisoned()) exec::check_not_poisoned(x);
+  at::Tensor out = at::empty({total}, x.options());
+  if (total == 0) return out;
+  const c10::DeviceIndex device = x.device().index();
+  // Pending fused ops may write x: order the copy after them.
+  device::flush_pending(device, device::FlushCause::kCopy);
+  exec::metrics().bytes_device_to_device += static_cast<uint64_t>(x.numel()) * x.itemsize();
+  auto fill = [target = detached_alias(out), src = detached_alias(x)] {
+    // A queued program that was to write x failed after this copy was queued: out is lost too.
+    if (exec::any_poisoned()) {
+      if (auto loss = exec::lost_value(src.storage().unsafeGetStorageImpl())) {
+        exec::poison_outputs({target.storage().getWeakStorageImpl()}, {1}, {}, *loss);
+        return;
+      }
+    }
+    at::Tensor dst = host_view(target, Access::kWrite);
+    const int64_t n = src.numel();
+    if (n > 0) dst.narrow(0, 0, n).copy_(host_view(src, Access::kRead).reshape(-1));
+    if (n < dst.numel()) dst.narrow(0, n, dst.numel() - n).zero_();
+  };
+  // An idle device has nothing queued that writes x: copy now (as write_to_device does).
+  if (device::device_idle(device)) {
+    fill();
+  } else {
+    device::enqueue_fn(device::current_stream(device), std::move(fill));
+  }
+  return out;
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   at::Tensor d = dst;
   copy_(d, self, non_blocking);

@@ -58,6 +58,10 @@ at::Tensor host_view(const at::Tensor& t, Access access);
 at::Tensor detached_alias(const at::Tensor& t);
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking);
 at::Tensor& zero_(at::Tensor& self);
+// x's elements, row-major, then zeros, as a new 1-D tpu tensor of `total` elements. Copied on the
+// host side of the device (no program, so no compile per size on PJRT) and queued behind the work
+// that writes x, so the caller does not wait (compile/padded_buckets.py binds inputs with it).
+at::Tensor padded_flat_copy(const at::Tensor& x, int64_t total);
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
 c10::Scalar local_scalar_dense(const at::Tensor& self);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "aten/kernels.h"
 #include "common/check.h"
 #include "exec/call.h"
 #include "exec/compiled.h"
@@ -66,6 +67,9 @@ py::list graph_results(const std::vector<c10::IValue>& results) {
 }  // namespace
 
 void init_compile_bindings(py::module_& m) {
+  m.def("_padded_flat_copy", &aten::padded_flat_copy, py::arg("x"), py::arg("total"),
+        "x's elements then zeros as a new 1-D tpu tensor of `total` elements, copied without a device "
+        "program and queued behind x's producer (padded programs' input binding).");
   m.def("_register_lowered_op", &exec::register_lowered_op, py::arg("qualname"), py::arg("overload"),
         "Makes tpu calls of a user op go through its registered lowering.");
   m.def("_set_lowering_fingerprint", &exec::disk_tier::set_lowering_fingerprint, py::arg("name"), py::arg("overload"),

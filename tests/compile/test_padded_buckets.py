@@ -17,6 +17,7 @@ import torch
 import torch._dynamo
 import torch.nn.functional as F
 
+import torch_tpu
 from torch_tpu.compile import padded_buckets
 from torch_tpu.compile.stats import reset_stats, stats
 from torch_tpu.lowering import shape_templates
@@ -139,6 +140,43 @@ def test_changing_the_buckets_applies_to_lengths_already_run() -> None:
     # One new exact specialization (an instance of the learned graph), no new bucket program.
     assert stats()["specializations"] == before["specializations"] + 1, stats()
     assert stats()["graph_buckets"] == 1, stats()
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_short_input_is_bound_without_waiting_or_a_program_per_length(mode: str) -> None:
+    """An input shorter than its bucket (token ids, a zero gradient) is copied, padded with
+    zeros, behind the work that produces it: the caller does not wait for the device (it used
+    to read the input back, stalling every padded call) and no device program is compiled per
+    length (on PJRT each would be an XLA compile)."""
+    with torch_tpu.mode(mode):
+        torch.tpu.synchronize()
+        syncs = torch_tpu.metrics()["host_syncs"]
+        x = torch.arange(10, device="tpu").reshape(2, 5) * 3  # queued (strict) or pending (fused)
+        bound = padded_buckets._bind(x, 16)
+        assert torch_tpu.metrics()["host_syncs"] == syncs
+        assert bound.shape == (16,) and bound.dtype == torch.int64
+        assert bound.cpu().tolist() == [3 * i for i in range(10)] + [0] * 6
+        info = torch_tpu._C._pjrt_info()
+        compiles = info["compiles"] if info else 0
+        for n in (17, 24, 40):
+            y = padded_buckets._bind(x[:, 1:], n)  # a view: made contiguous first
+            assert y.cpu().tolist() == [3, 6, 9, 12, 18, 21, 24, 27] + [0] * (n - 8)
+        if info:
+            # The contiguous copy of the view is one program; the padded copies are none.
+            assert torch_tpu._C._pjrt_info()["compiles"] - compiles <= 1
+
+
+def test_a_short_input_whose_producer_fails_is_lost_too() -> None:
+    """Bound behind a producer that fails on the device, the padded copy has no value either:
+    using it raises the producer's error, never stale memory."""
+    with torch_tpu.mode("fused"):
+        torch.tpu.synchronize()
+        x = torch.arange(5.0, device="tpu").index_select(0, torch.tensor([1, 10], device="tpu"))
+        bound = padded_buckets._bind(x, 8)
+        with pytest.raises(IndexError, match="out of (range|bounds)"):
+            bound.cpu()  # the failure itself, or the lost value it left
+        with pytest.raises(IndexError, match="value was lost"):
+            bound.cpu()
 
 
 def test_a_length_past_the_last_bucket_runs_its_exact_program() -> None:

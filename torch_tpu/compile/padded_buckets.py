@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import _C
 from ..ir.builder import OP_ID, OPS, REDUCE_KINDS, SCALAR_TYPE_CODE, SCATTER_MODES, _identity
 from ..lowering.core import contiguous_strides
 from .graph_templates import _apply
@@ -614,15 +615,14 @@ def _view_cut(r: tuple, size_fits: dict, base: list[tuple]) -> list[tuple[int, _
 
 def _bind(x: torch.Tensor, total: int) -> torch.Tensor:
     """x's elements, row-major, as the first of `total`: a view of its storage where that holds
-    them (a padded graph's compacted result), else a copy padded on the host (an upload, not a
-    device program: on PJRT a program per size is an XLA compile per size)."""
+    them (a padded graph's compacted result), else a padded copy made on the host side of the
+    device (not a device program: on PJRT a program per size is an XLA compile per size), queued
+    behind x's producer so the caller does not wait for the device."""
     x = x.contiguous()
     room = x.untyped_storage().nbytes() // x.element_size() - x.storage_offset()
     if room >= total:
         return x.as_strided((total,), (1,), x.storage_offset())
-    buf = torch.zeros(total, dtype=x.dtype)
-    buf[:x.numel()] = x.reshape(-1).cpu()
-    return buf.to(x.device)
+    return _C._padded_flat_copy(x, total)
 
 
 def run_padded(pg: PaddedGraph, run, args: list, constants: list, at_s: tuple[int, ...]) -> list:
@@ -701,8 +701,6 @@ _generation = 0  # bumped by set_buckets: graphs drop the runs they chose under 
 def _parse(text: str) -> list[int] | None:
     text = text.strip().lower()
     if text == "auto":
-        from .. import _C
-
         return default_buckets() if _C._runtime_name() == "pjrt" else None
     if text in ("off", "0", ""):
         return None
