@@ -25,8 +25,10 @@ decoding of 64 tokens with a static KV cache, TinyGPT width 128, batch 1).
 
 Per contestant it prints the first step's wall time from a fresh model (cold: compiles
 included; our executable cache points at an empty directory), steps/s over the timed steps,
-and a per-step breakdown: host ms (issuing the step), wait ms (the final synchronize: device
-work the host did not overlap), compiles during the timed steps, programs executed and bytes
+and a per-step breakdown: host ms (issuing the step, waits at a run-ahead bound included),
+host cpu (the CPU time of the thread issuing it: its own work), wait ms (the final synchronize:
+device work the host did not overlap), proc cpu (the whole process's CPU time, which on XLA's
+CPU plugin includes the device's work), compiles during the timed steps, programs executed and bytes
 moved host<->device per step (ours: ``_C._pjrt_info()``; PyTorch/XLA: its debug metrics).
 
     .venv/bin/python bench/pjrt_peers.py [--workloads gpt,decode] [--steps 10] [--rounds 3] \\
@@ -42,6 +44,7 @@ import json
 import math
 import os
 import pathlib
+import resource
 import statistics
 import subprocess
 import sys
@@ -235,7 +238,7 @@ def race(contestants: list[Contestant], workload: str, rounds: int) -> dict[str,
                 if before is None or c.counters().get("compiles") == before:
                     break
             out[c.name] = {"first_step_s": first_s, "values": [v.tolist() for v in values], "sps": [], "host_ms": [],
-                           "wait_ms": [], "counters": []}
+                           "host_cpu_ms": [], "wait_ms": [], "process_cpu_ms": [], "counters": []}
             live.append(c)
             print(f"  {c.name}: first step {first_s:.2f} s", file=sys.stderr, flush=True)
         except Exception as e:  # noqa: BLE001 - reported; the other contestants still run
@@ -247,26 +250,39 @@ def race(contestants: list[Contestant], workload: str, rounds: int) -> dict[str,
             r = out[c.name]
             c.sync()
             before = c.counters()
-            t0 = time.perf_counter()
+            p0 = _process_cpu_s()
+            t0, c0 = time.perf_counter(), time.thread_time()
             for _ in range(n):
                 last = c.step()
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.thread_time()
             c.sync()
             last.cpu()  # the step's value is on the host: everything done
             t2 = time.perf_counter()
+            p2 = _process_cpu_s()
             after = c.counters()
             r["sps"].append(n / (t2 - t0))
             r["host_ms"].append((t1 - t0) / n * 1e3)
+            r["host_cpu_ms"].append((c1 - c0) / n * 1e3)
             r["wait_ms"].append((t2 - t1) / n * 1e3)
+            r["process_cpu_ms"].append((p2 - p0) / n * 1e3)
             r["counters"].append({k: (after[k] - before.get(k, 0)) / n for k in after})
     for c in live:
         r = out[c.name]
         r["steps_per_s"] = statistics.median(r.pop("sps"))
         r["host_ms"] = statistics.median(r["host_ms"])
         r["wait_ms"] = statistics.median(r["wait_ms"])
+        r["host_cpu_ms"] = statistics.median(r["host_cpu_ms"])
+        r["process_cpu_ms"] = statistics.median(r["process_cpu_ms"])
         cs = r.pop("counters")
         r["per_step"] = {k: statistics.median(x[k] for x in cs) for k in cs[0]} if cs else {}
     return out
+
+
+def _process_cpu_s() -> float:
+    """CPU seconds of this whole process so far (every thread: on XLA's CPU plugin, the device's
+    work is this process's CPU time too)."""
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
 
 
 def timed_build(make: Callable[[], Contestant]) -> Contestant:
@@ -541,8 +557,8 @@ def report(results: dict[str, dict[str, Any]], workloads: list[str]) -> None:
                     r["native_values"] = nat.get("values")
                 rows[name] = r
         print(f"== {w}  (ratio = steps/s / native CPU eager of the same process; native {', '.join(natives)})")
-        print(f"  {'contestant':13s} {'x native':>8s} {'steps/s':>8s} {'first s':>8s} {'host ms':>8s} "
-              f"{'wait ms':>8s} {'progs':>6s} {'compiles':>8s} {'KiB moved':>9s}  values vs native")
+        print(f"  {'contestant':13s} {'x native':>8s} {'steps/s':>8s} {'first s':>8s} {'host ms':>8s} {'host cpu':>8s} "
+              f"{'wait ms':>8s} {'proc cpu':>8s} {'progs':>6s} {'compiles':>8s} {'KiB moved':>9s}  values vs native")
         for name, r in rows.items():
             if "error" in r:
                 print(f"  {name:13s} FAILED {r['error'][:300]}")
@@ -558,7 +574,8 @@ def report(results: dict[str, dict[str, Any]], workloads: list[str]) -> None:
                 else:
                     agree = "same tokens" if a == b else "TOKENS DIFFER"
             print(f"  {name:13s} {r['ratio']:8.3f} {r['steps_per_s']:8.3f} {r['first_step_s']:8.2f} "
-                  f"{r['host_ms']:8.1f} {r['wait_ms']:8.1f} {ps.get('programs', float('nan')):6.0f} "
+                  f"{r['host_ms']:8.1f} {r.get('host_cpu_ms', float('nan')):8.1f} {r['wait_ms']:8.1f} "
+                  f"{r.get('process_cpu_ms', float('nan')):8.1f} {ps.get('programs', float('nan')):6.0f} "
                   f"{ps.get('compiles', float('nan')):8.1f} {ps.get('moved_kib', float('nan')):9.1f}  {agree}")
         pairs = [("compiled", "xla-openxla"), ("compiled", "jax-jit"), ("fused", "xla-lazy"), ("strict", "xla-eager"),
                  ("fused", "jax-jit")]
