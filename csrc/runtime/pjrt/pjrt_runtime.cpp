@@ -144,7 +144,11 @@ class PjrtExecutable final : public runtime::Executable {
         args_(std::move(args)),
         plain_text_(std::move(plain_text)),
         index_checks_(std::move(index_checks)) {
-    for (int32_t o : outputs_) {
+    for (size_t r = 0; r < outputs_.size(); ++r) {
+      const int32_t o = outputs_[r];
+      const auto n = static_cast<size_t>(o);
+      if (n >= result_of_node_.size()) result_of_node_.resize(n + 1, -1);
+      if (result_of_node_[n] < 0) result_of_node_[n] = static_cast<int32_t>(r);
       output_dtypes_.push_back(graph_.node(o).dtype);
       output_shapes_.push_back(graph_.node(o).shape);
       output_bytes_ += c10::multiply_integers(output_shapes_.back()) *
@@ -411,9 +415,11 @@ class PjrtExecutable final : public runtime::Executable {
     TPU_CHECK_INDEX(false, c.op, ": index ", check[1], " is out of bounds for a dimension with size ", c.size);
   }
 
+  // The first result that returns `node` (called per target and argument on every run: a table).
   size_t result_index(int32_t node) const {
-    for (size_t r = 0; r < outputs_.size(); ++r)
-      if (outputs_[r] == node) return r;
+    const auto n = static_cast<size_t>(node);
+    if (node >= 0 && n < result_of_node_.size() && result_of_node_[n] >= 0)
+      return static_cast<size_t>(result_of_node_[n]);
     TPU_CHECK(false, "PJRT executable: node ", node, " was not compiled as an output");
   }
 
@@ -619,6 +625,7 @@ class PjrtExecutable final : public runtime::Executable {
   PjrtRuntime* runtime_;  // lives for the process
   ir::Graph graph_;       // kept to compile donation variants
   std::vector<int32_t> outputs_;
+  std::vector<int32_t> result_of_node_;    // node id -> its first result index, or -1
   std::vector<stablehlo::Argument> args_;  // @main's arguments, in order
   mutable std::string plain_text_;
   // Non-empty: the executable's last result reports the first failed index check
