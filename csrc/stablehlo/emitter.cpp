@@ -294,6 +294,9 @@ Val emit_triangular_solve(Body& b, const ir::Node& n, const Val& a, const Val& x
 Val emit_gather(Body& b, const ir::Node& n, const Val& x, const Val& index) {
   const int64_t r = static_cast<int64_t>(x.type.shape.size());
   if (r == 0) return x;  // a 0-d gather reads the only element
+  // Nothing to read (indexing a zero-size dim): every index is out of range, which the index
+  // check reports; XLA rejects a gather whose slice is larger than the operand.
+  if (c10::multiply_integers(x.type.shape) == 0) return zero_like(b, x.type.elem, n.shape);
   Shape dims = iota_list(r);
   std::string attrs = "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = " + i64_list(dims) +
                       ", start_index_map = " + i64_list(dims) + ", index_vector_dim = " + std::to_string(r) +

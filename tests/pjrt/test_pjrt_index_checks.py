@@ -67,6 +67,17 @@ def test_a_bad_index_names_its_value_and_the_size(mode: str) -> None:
     raises_by_sync(IndexError, lambda: torch.nn.functional.embedding(ids, table).cpu())
 
 
+def test_any_index_into_a_zero_size_dim_raises(mode: str) -> None:
+    """A gather from an empty dim has nothing to read: XLA rejects the gather itself, so the
+    program reads nothing and its index check reports the index, as CPU raises IndexError
+    (this compiled into a RuntimeError from the plugin before)."""
+    empty = torch.empty(0, 3, device="tpu")
+    raises_by_sync(IndexError, lambda: empty[torch.tensor([0], device="tpu")].cpu(),
+                   match="index 0 is out of bounds.*size 0")
+    assert empty[torch.tensor([], dtype=torch.int64, device="tpu")].shape == (0, 3)  # no index: no error
+    assert torch.equal(torch.ones(2, device="tpu")[torch.tensor([1], device="tpu")].cpu(), torch.ones(1))
+
+
 def test_torch_gather_raises_runtime_error_like_cpu(mode: str) -> None:
     src = torch.randn(3, 4)
     index = torch.tensor([[0, 1], [4, 0], [2, 3]])
