@@ -810,10 +810,6 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
       vals[static_cast<size_t>(i)] = flattened ? b.reshape(arg, n.shape) : arg;
       continue;
     }
-    if (n.numel() == 0) {  // nothing to compute: an empty constant
-      vals[static_cast<size_t>(i)] = zero_like(b, type.elem, n.shape);
-      continue;
-    }
     std::vector<Val> in;
     for (int32_t op : n.operands) in.push_back(vals[static_cast<size_t>(op)]);
     if (options.index_checks && (n.kind == OpKind::kGather || n.kind == OpKind::kScatter) &&
@@ -833,6 +829,12 @@ Module emit_module(const ir::Graph& g, const std::vector<int32_t>& outputs, cons
         const Shape& s = in[1].type.shape;
         in[1] = b.select(b.broadcast(*any_failed, s), b.isplat(size, "i64", s), in[1]);
       }
+    }
+    // Nothing to compute: an empty constant. After the index check: a scatter into an empty
+    // tensor still reports its indices, as the host runtime and CPU do.
+    if (n.numel() == 0) {
+      vals[static_cast<size_t>(i)] = zero_like(b, type.elem, n.shape);
+      continue;
     }
     Val v = emit_node(b, n, in);
     TPU_CHECK(v.type.elem == type.elem && v.type.shape == n.shape, "StableHLO emitter: ", ir::op_name(n.kind),

@@ -78,6 +78,16 @@ def test_any_index_into_a_zero_size_dim_raises(mode: str) -> None:
     assert torch.equal(torch.ones(2, device="tpu")[torch.tensor([1], device="tpu")].cpu(), torch.ones(1))
 
 
+def test_a_scatter_into_an_empty_tensor_checks_its_indices(mode: str) -> None:
+    """A scatter whose result is empty computes nothing, but CPU still checks a 1-d target's
+    indices (the emitter skipped the check with the computation)."""
+    raises_by_sync(IndexError, lambda: torch.zeros(0, device="tpu").index_add(
+        0, torch.tensor([0], device="tpu"), torch.ones(1, device="tpu")).cpu(), match="out of")
+    out = torch.zeros(0, device="tpu").index_add(0, torch.tensor([], dtype=torch.int64, device="tpu"),
+                                                 torch.ones(0, device="tpu"))
+    assert out.cpu().shape == (0,)
+
+
 def test_torch_gather_raises_runtime_error_like_cpu(mode: str) -> None:
     src = torch.randn(3, 4)
     index = torch.tensor([[0, 1], [4, 0], [2, 3]])

@@ -65,6 +65,18 @@ def test_inplace_on_views_and_dtypes(mode: str) -> None:
     torch.testing.assert_close(got[2], ref.to(torch.bfloat16) * 3)
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_fill_and_zero_of_an_expanded_view_like_cpu(mode: str) -> None:
+    """CPU fills an expanded view (one value everywhere); the PJRT runtime wrote the result
+    through CPU's copy_, which refused the overlapping destination."""
+    with torch_tpu.mode(mode):
+        filled = torch.zeros(1, 3, device="tpu").expand(4, 3).fill_(2)
+        zeroed = torch.ones(2, 1, device="tpu").expand(2, 5).zero_()
+        assert filled.cpu().tolist() == [[2.0] * 3] * 4
+        assert zeroed.cpu().tolist() == [[0.0] * 5] * 2
+        assert filled.stride() == (0, 1)  # still the view, written in place
+
+
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_complex_values_and_fft(mode: str) -> None:
     # Complex tensors cross the PJRT boundary as their float views (the IR stays real).

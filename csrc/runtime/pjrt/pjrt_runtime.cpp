@@ -378,7 +378,16 @@ class PjrtExecutable final : public runtime::Executable {
       }
       if (resident != nullptr) resident->before_host_write(d.data, span_bytes(d), is_contiguous(d));
       at::Tensor dest = at::from_blob(d.data, d.sizes, d.strides, at::TensorOptions().dtype(d.dtype));
-      dest.copy_(host_out[t]);
+      at::Tensor value = host_out[t];
+      // An expanded destination (stride 0: `zeros(1).expand(4).fill_(2)`, which only fills and
+      // zeros may write) holds one element per run of its broadcast dims: write the first.
+      for (int64_t k = 0; k < dest.dim(); ++k) {
+        if (dest.stride(k) == 0 && dest.size(k) > 1) {
+          dest = dest.narrow(k, 0, 1);
+          value = value.narrow(k, 0, 1);
+        }
+      }
+      dest.copy_(value);
     }
     if (failed) raise_index_error(check, targets.size());
     if (defer) {  // the launched program keeps what it reads until it is done
