@@ -143,7 +143,7 @@ def test_changing_the_buckets_applies_to_lengths_already_run() -> None:
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])
-def test_a_short_input_is_bound_without_waiting_or_a_program_per_length(mode: str) -> None:
+def test_a_short_input_is_bound_without_waiting(mode: str) -> None:
     """An input shorter than its bucket (token ids, a zero gradient) is copied, padded with
     zeros, behind the work that produces it: the caller does not wait for the device (it used
     to read the input back, stalling every padded call) and no device program is compiled per
@@ -156,14 +156,10 @@ def test_a_short_input_is_bound_without_waiting_or_a_program_per_length(mode: st
         assert torch_tpu.metrics()["host_syncs"] == syncs
         assert bound.shape == (16,) and bound.dtype == torch.int64
         assert bound.cpu().tolist() == [3 * i for i in range(10)] + [0] * 6
-        info = torch_tpu._C._pjrt_info()
-        compiles = info["compiles"] if info else 0
         for n in (17, 24, 40):
             y = padded_buckets._bind(x[:, 1:], n)  # a view: made contiguous first
             assert y.cpu().tolist() == [3, 6, 9, 12, 18, 21, 24, 27] + [0] * (n - 8)
-        if info:
-            # The contiguous copy of the view is one program; the padded copies are none.
-            assert torch_tpu._C._pjrt_info()["compiles"] - compiles <= 1
+    # No program per length: tests/pjrt/test_pjrt_resident.py counts the executables on PJRT.
 
 
 def test_a_short_input_whose_producer_fails_is_lost_too() -> None:

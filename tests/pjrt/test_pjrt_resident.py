@@ -232,6 +232,23 @@ def test_memory_stats_report_resident_bytes() -> None:
     assert torch.equal(t.cpu(), torch.full((1000,), 2.0))
 
 
+def test_padded_inputs_are_bound_without_a_program_per_length() -> None:
+    """A padded program's input shorter than its bucket is copied padded on the host side of
+    the device (compile/padded_buckets.py): on PJRT a device program per length would be an XLA
+    compile per length."""
+    from torch_tpu.compile import padded_buckets
+
+    x = torch.arange(10, device="tpu").reshape(2, 5) * 3
+    torch.tpu.synchronize()
+    info = _C._pjrt_info()
+    before = info["compiles"] + info["executable_cache"]["hits"]
+    for n in (16, 17, 24, 40):
+        bound = padded_buckets._bind(x, n)
+        assert bound.cpu().tolist() == [3 * i for i in range(10)] + [0] * (n - 10)
+    info = _C._pjrt_info()
+    assert info["compiles"] + info["executable_cache"]["hits"] == before
+
+
 def test_zeros_of_new_shapes_compile_no_program() -> None:
     # torch.zeros (and the zero gradients autograd makes for unused outputs, at every new length
     # of a variable-length loop) is written on the host mirror, not a fill program per shape.
